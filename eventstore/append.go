@@ -1,0 +1,329 @@
+package eventstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// querier is what the store needs of a pool, a connection or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Append appends events to one stream in a single autocommitted statement.
+// expected is the version the stream must be at (0 = the stream must not
+// exist yet, AnyVersion = no check). Committed events are announced on
+// NotifyChannel.
+func (s *Store) Append(ctx context.Context, stream Stream, expected int, events ...NewEvent) (AppendResult, error) {
+	res, err := s.AppendBatch(ctx, []StreamAppend{{Stream: stream, Expected: expected, Events: events}})
+	if err != nil {
+		return AppendResult{}, unwrapBatch(err)
+	}
+	return res[0], nil
+}
+
+// AppendTx is Append inside the caller's transaction. The events commit or
+// roll back with tx; they are announced only when tx commits.
+func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream Stream, expected int, events ...NewEvent) (AppendResult, error) {
+	res, err := s.AppendBatchTx(ctx, tx, []StreamAppend{{Stream: stream, Expected: expected, Events: events}})
+	if err != nil {
+		return AppendResult{}, unwrapBatch(err)
+	}
+	return res[0], nil
+}
+
+// AppendBatch appends to many streams in one statement: every stream's
+// expectation holds and all events are written, or nothing is. A refused
+// stream is reported as a *BatchError naming its index.
+func (s *Store) AppendBatch(ctx context.Context, batch []StreamAppend) ([]AppendResult, error) {
+	res, err := s.appendBatch(ctx, s.pool, batch)
+	if err != nil {
+		return nil, err
+	}
+	s.notifier.committed(ctx, lastID(res))
+	return res, nil
+}
+
+// AppendBatchTx is AppendBatch inside the caller's transaction.
+func (s *Store) AppendBatchTx(ctx context.Context, tx pgx.Tx, batch []StreamAppend) ([]AppendResult, error) {
+	res, err := s.appendBatch(ctx, tx, batch)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.announce(ctx, tx, lastID(res)); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend) ([]AppendResult, error) {
+	args, err := encodeBatch(batch)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, s.sql.append, args.sql()...)
+	if err != nil {
+		return nil, s.appendFailed(ctx, q, batch, err)
+	}
+	type written struct {
+		id        int64
+		aggID     uuid.UUID
+		version   int
+		createdAt time.Time
+	}
+	var ws []written
+	for rows.Next() {
+		var w written
+		if err := rows.Scan(&w.id, &w.aggID, &w.version, &w.createdAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("append: scan: %w", err)
+		}
+		ws = append(ws, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.appendFailed(ctx, q, batch, err)
+	}
+	if len(ws) == 0 {
+		return nil, s.appendFailed(ctx, q, batch, nil)
+	}
+	perStream := make(map[uuid.UUID][]written, len(batch))
+	for _, w := range ws {
+		perStream[w.aggID] = append(perStream[w.aggID], w)
+	}
+	out := make([]AppendResult, len(batch))
+	for i, sa := range batch {
+		st, got := sa.Stream, perStream[args.aggIDs[i]]
+		if len(got) != len(sa.Events) {
+			return nil, fmt.Errorf("append: stream %s: wrote %d events, expected %d", args.aggIDs[i], len(got), len(sa.Events))
+		}
+		slices.SortFunc(got, func(a, b written) int { return a.version - b.version })
+		r := AppendResult{AggregateID: args.aggIDs[i], Version: got[len(got)-1].version, Events: make([]Event, len(got))}
+		for j, ne := range sa.Events {
+			k := args.offsets[i] + j
+			r.Events[j] = Event{
+				ID: got[j].id, AggregateID: r.AggregateID, AggregateType: st.AggregateType, TenantID: st.TenantID,
+				Version: got[j].version, Type: ne.Type, EventVersion: int(args.eventVersions[k]),
+				Payload: json.RawMessage(args.payloads[k]), Metadata: ne.Metadata,
+				CreatedAt: got[j].createdAt, CreatedBy: ne.Metadata.UserID,
+			}
+			r.Events[j].StoredEventVersion, r.Events[j].StoredPayload = r.Events[j].EventVersion, r.Events[j].Payload
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// batchArgs are the column arrays of the append statement.
+type batchArgs struct {
+	aggIDs, tenants               []uuid.UUID
+	aggTypes                      []string
+	expected                      []int32
+	offsets                       []int // index of each stream's first event
+	sidx, eventVersions           []int32
+	types, payloads, metas, users []string
+}
+
+func (a *batchArgs) sql() []any {
+	return []any{a.aggIDs, a.tenants, a.aggTypes, a.expected,
+		a.sidx, a.types, a.eventVersions, a.payloads, a.metas, a.users}
+}
+
+func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
+	if len(batch) == 0 {
+		return nil, invalidf("empty batch")
+	}
+	a := &batchArgs{}
+	seen := make(map[uuid.UUID]bool, len(batch))
+	for i, sa := range batch {
+		st := sa.Stream
+		if st.AggregateType == "" {
+			return nil, &BatchError{i, invalidf("aggregate type is empty")}
+		}
+		if st.TenantID == uuid.Nil {
+			return nil, &BatchError{i, invalidf("tenant id is empty")}
+		}
+		if sa.Expected < AnyVersion {
+			return nil, &BatchError{i, invalidf("expected version %d is negative", sa.Expected)}
+		}
+		if len(sa.Events) == 0 {
+			return nil, &BatchError{i, invalidf("no events to append")}
+		}
+		id := st.AggregateID
+		if id == uuid.Nil {
+			if sa.Expected != 0 {
+				return nil, &BatchError{i, invalidf("aggregate id is empty")}
+			}
+			id = uuid.Must(uuid.NewV7())
+		}
+		if seen[id] {
+			return nil, &BatchError{i, invalidf("stream %s appears twice in the batch", id)}
+		}
+		seen[id] = true
+		a.aggIDs = append(a.aggIDs, id)
+		a.tenants = append(a.tenants, st.TenantID)
+		a.aggTypes = append(a.aggTypes, st.AggregateType)
+		a.expected = append(a.expected, int32(sa.Expected))
+		a.offsets = append(a.offsets, len(a.types))
+		for _, ne := range sa.Events {
+			if ne.Type == "" {
+				return nil, &BatchError{i, invalidf("event type is empty")}
+			}
+			if ne.EventVersion < 0 {
+				return nil, &BatchError{i, invalidf("event %s: version %d is negative", ne.Type, ne.EventVersion)}
+			}
+			payload, err := encodePayload(ne.Payload)
+			if err != nil {
+				return nil, &BatchError{i, fmt.Errorf("%w: event %s: %v", ErrInvalidEvent, ne.Type, err)}
+			}
+			meta, err := json.Marshal(ne.Metadata)
+			if err != nil {
+				return nil, &BatchError{i, fmt.Errorf("%w: event %s metadata: %v", ErrInvalidEvent, ne.Type, err)}
+			}
+			a.sidx = append(a.sidx, int32(i+1))
+			a.types = append(a.types, ne.Type)
+			a.eventVersions = append(a.eventVersions, int32(max(ne.EventVersion, 1)))
+			a.payloads = append(a.payloads, string(payload))
+			a.metas = append(a.metas, string(meta))
+			a.users = append(a.users, ne.Metadata.UserID)
+		}
+	}
+	return a, nil
+}
+
+// encodePayload returns the payload as JSON and refuses anything but an object.
+func encodePayload(p any) ([]byte, error) {
+	var b []byte
+	switch v := p.(type) {
+	case nil:
+		return nil, errors.New("payload is missing")
+	case json.RawMessage:
+		b = v
+	case []byte:
+		b = v
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return nil, fmt.Errorf("payload: %v", err)
+		}
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+		return nil, errors.New("payload is not a JSON object")
+	}
+	return b, nil
+}
+
+// appendFailed turns a refused or failed append into the error of the first
+// stream that explains it. cause is the database error, or nil when the
+// statement wrote nothing because an expectation did not hold.
+func (s *Store) appendFailed(ctx context.Context, q querier, batch []StreamAppend, cause error) error {
+	var pgErr *pgconn.PgError
+	if cause != nil && !(errors.As(cause, &pgErr) && pgErr.Code == "23505") {
+		return fmt.Errorf("append: %w", cause)
+	}
+	if cause != nil {
+		// The unique index refused: a concurrent writer committed first. The
+		// transaction is aborted, so read the committed heads from the pool.
+		q = s.pool
+	}
+	raced := -1
+	var racedHead streamHead
+	for i, sa := range batch {
+		if sa.Stream.AggregateID == uuid.Nil {
+			continue // a freshly minted id cannot conflict
+		}
+		h, err := s.head(ctx, q, sa.Stream.AggregateID)
+		if err != nil {
+			return fmt.Errorf("append: %w", err)
+		}
+		if err := h.check(sa.Stream, sa.Expected); err != nil {
+			return &BatchError{Index: i, Err: err}
+		}
+		if raced < 0 {
+			raced, racedHead = i, h
+		}
+	}
+	if raced < 0 {
+		return fmt.Errorf("append: refused without a cause: %w", cause)
+	}
+	// Nothing explains it any more: a concurrent writer's transaction that
+	// made us fail was rolled back since. Report the conflict; a retry with a
+	// fresh read succeeds.
+	sa := batch[raced]
+	return &BatchError{Index: raced, Err: &VersionConflictError{AggregateID: sa.Stream.AggregateID, Expected: sa.Expected, Current: racedHead.version}}
+}
+
+// streamHead is what the store knows about a stream regardless of tenant.
+type streamHead struct {
+	exists        bool
+	owner         uuid.UUID
+	aggregateType string
+	version       int
+	archived      bool
+}
+
+func (s *Store) head(ctx context.Context, q querier, id uuid.UUID) (streamHead, error) {
+	var h streamHead
+	err := q.QueryRow(ctx, s.sql.streamHead, id).Scan(&h.owner, &h.aggregateType, &h.version, &h.archived)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, err
+	}
+	h.exists = true
+	return h, nil
+}
+
+// check explains why an append with this expectation is refused, or returns nil.
+func (h streamHead) check(st Stream, expected int) error {
+	switch {
+	case h.exists && h.owner != st.TenantID:
+		// Behave as if the stream were missing; a create can only be told
+		// that the id is taken.
+		if expected == 0 || expected == AnyVersion {
+			return &VersionConflictError{AggregateID: st.AggregateID, Expected: expected, Current: -1}
+		}
+		return fmt.Errorf("%w: %s", ErrAggregateNotFound, st.AggregateID)
+	case !h.exists:
+		if expected > 0 {
+			return fmt.Errorf("%w: %s", ErrAggregateNotFound, st.AggregateID)
+		}
+		return nil
+	case h.archived:
+		return fmt.Errorf("%w: %s", ErrStreamArchived, st.AggregateID)
+	case expected != AnyVersion && h.version != expected:
+		return &VersionConflictError{AggregateID: st.AggregateID, Expected: expected, Current: h.version}
+	}
+	return nil
+}
+
+func unwrapBatch(err error) error {
+	var be *BatchError
+	if errors.As(err, &be) {
+		return be.Err
+	}
+	return err
+}
+
+func lastID(res []AppendResult) int64 {
+	var id int64
+	for _, r := range res {
+		for _, e := range r.Events {
+			id = max(id, e.ID)
+		}
+	}
+	return id
+}

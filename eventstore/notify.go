@@ -1,0 +1,69 @@
+package eventstore
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// notifier sends the post-commit wake-up. A transactional NOTIFY serialises
+// every committing writer on Postgres' notify queue lock; sending it after the
+// commit on a separate statement, coalesced to at most one in flight, keeps
+// appends at full speed and still never announces an uncommitted event.
+type notifier struct {
+	pool    *pgxpool.Pool
+	channel string
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	pending int64 // highest committed id not yet announced; 0 = none
+	running bool
+	wg      sync.WaitGroup
+}
+
+// committed records that events up to maxID are committed and makes sure a
+// sender goroutine is running. It never blocks on the database.
+func (n *notifier) committed(ctx context.Context, maxID int64) {
+	if maxID <= 0 {
+		return
+	}
+	n.mu.Lock()
+	n.pending = max(n.pending, maxID)
+	if n.running {
+		n.mu.Unlock()
+		return
+	}
+	n.running = true
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go n.run(context.WithoutCancel(ctx))
+}
+
+func (n *notifier) run(ctx context.Context) {
+	defer n.wg.Done()
+	for {
+		n.mu.Lock()
+		id := n.pending
+		if id == 0 {
+			n.running = false
+			n.mu.Unlock()
+			return
+		}
+		n.pending = 0
+		n.mu.Unlock()
+
+		sendCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := n.pool.Exec(sendCtx, "SELECT pg_notify($1, $2)", n.channel, strconv.FormatInt(id, 10))
+		cancel()
+		if err != nil {
+			// Consumers fall back to polling; the events themselves are safe.
+			n.log.Warn("eventstore: wake-up notification failed", "channel", n.channel, "err", err)
+		}
+	}
+}
+
+func (n *notifier) wait() { n.wg.Wait() }

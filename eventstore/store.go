@@ -1,0 +1,141 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a Store. The zero value is usable: schema "public", no
+// upcasting, logs to slog.Default().
+type Config struct {
+	// Schema holding the kumiko_* tables. Default "public".
+	Schema string
+	// Upcaster brings stored payloads to their current version on every read.
+	// Nil reads events as stored.
+	Upcaster Upcaster
+	// Logger receives the few things the store cannot return as an error
+	// (a failed wake-up notification). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = "public"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Schema) > 40 {
+		return fmt.Errorf("eventstore: Config.Schema %q is longer than 40 bytes", c.Schema)
+	}
+	return nil
+}
+
+// Upcaster brings a stored event payload to the current version of its type.
+// It returns the version and payload unchanged for a current event and an
+// *UnknownEventVersionError when no path leads to the current version.
+// Implementations must not modify payload in place.
+type Upcaster interface {
+	Upcast(eventType string, version int, payload json.RawMessage) (int, json.RawMessage, error)
+}
+
+// UpcasterFunc adapts a function to Upcaster.
+type UpcasterFunc func(eventType string, version int, payload json.RawMessage) (int, json.RawMessage, error)
+
+// Upcast calls f.
+func (f UpcasterFunc) Upcast(eventType string, version int, payload json.RawMessage) (int, json.RawMessage, error) {
+	return f(eventType, version, payload)
+}
+
+// Store is the event store. It is safe for concurrent use.
+type Store struct {
+	pool     *pgxpool.Pool
+	cfg      Config
+	sql      queries
+	notifier *notifier
+}
+
+// New returns a store on pool. It does not touch the database; call Migrate
+// once at start-up (safe from many processes at once).
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("eventstore: pool is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool, cfg: cfg, sql: newQueries(cfg.Schema)}
+	s.notifier = &notifier{pool: pool, channel: s.NotifyChannel(), log: cfg.Logger}
+	return s, nil
+}
+
+// Close waits for wake-up notifications still being sent. It does not close
+// the pool, which the caller owns.
+func (s *Store) Close() { s.notifier.wait() }
+
+// Pool returns the pool the store was built on.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema returns the schema holding the store's tables.
+func (s *Store) Schema() string { return s.cfg.Schema }
+
+// NotifyChannel is the LISTEN channel on which the store announces committed
+// events. The payload is the highest committed event id known to the sender,
+// in decimal; notifications are coalesced, so one may stand for many events.
+func (s *Store) NotifyChannel() string { return "kumiko_events_" + s.cfg.Schema }
+
+// WithTx runs fn in a new transaction and commits it when fn returns nil. Events
+// appended through AppendTx/AppendBatchTx inside fn are announced on
+// NotifyChannel after the commit and never when the transaction rolls back.
+func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	w := &txWake{conn: tx.Conn()}
+	ctx = context.WithValue(ctx, txWakeKey{}, w)
+	if err := fn(ctx, tx); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	s.notifier.committed(ctx, w.maxID)
+	return nil
+}
+
+// txWake records, for a transaction opened by WithTx, the highest event id it
+// appended, so the notification can be sent after the commit.
+type txWake struct {
+	conn  *pgx.Conn
+	maxID int64
+}
+
+type txWakeKey struct{}
+
+// announce arranges the wake-up for events appended in tx: after the commit
+// when WithTx owns tx, else with a transactional pg_notify (delivered by
+// Postgres only if tx commits).
+func (s *Store) announce(ctx context.Context, tx pgx.Tx, maxID int64) error {
+	if w, ok := ctx.Value(txWakeKey{}).(*txWake); ok && w.conn == tx.Conn() {
+		w.maxID = max(w.maxID, maxID)
+		return nil
+	}
+	if _, err := tx.Exec(ctx, s.sql.notify, s.NotifyChannel(), fmt.Sprint(maxID)); err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	return nil
+}
