@@ -1,0 +1,39 @@
+# kumiko-go — run `make help` for the targets.
+GO            ?= go
+GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+TEST_FLAGS    ?= -count=1 -timeout 15m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: services
+services: ## Start PostgreSQL and Redis when they are not running
+	@bash scripts/services.sh
+
+.PHONY: run
+run: services ## Migrate the local database and show what is there
+	$(GO) run ./cmd/kumiko migrate
+	@echo "The event store is ready in $${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}."
+
+.PHONY: test
+test: services ## Run the whole suite against real PostgreSQL and Redis
+	$(GO) vet ./...
+	$(GO) test -race $(TEST_FLAGS) ./...
+
+.PHONY: bench
+bench: services ## Measure the framework next to raw pgx baselines (ratios)
+	$(GO) run ./internal/bench
+
+.PHONY: lint
+lint: ## gofmt, go vet and golangci-lint (pinned)
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo "gofmt: the files above need formatting" && exit 1)
+	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: tidy
+tidy: ## go mod tidy, then fail if it changed anything
+	$(GO) mod tidy
+	@git diff --exit-code go.mod go.sum || (echo "go.mod/go.sum were not tidy" && exit 1)
