@@ -1,0 +1,35 @@
+package kumikotest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/kumikotest"
+)
+
+// Each test gets its own migrated schema with search_path set to it, and the
+// schema is gone once the test ends.
+func TestNewDBIsolatesAndCleansUp(t *testing.T) {
+	var first, second string
+	t.Run("first", func(t *testing.T) {
+		db := kumikotest.NewDB(t)
+		first = db.Schema
+		var searchPath string
+		require.NoError(t, db.Pool.QueryRow(context.Background(), "SHOW search_path").Scan(&searchPath))
+		require.Equal(t, db.Schema, searchPath)
+		require.Equal(t, 0, db.Count(t, "SELECT count(*) FROM kumiko_events"), "unqualified names resolve to the test schema")
+		db.Exec(t, "CREATE TABLE mine (id int)")
+	})
+	t.Run("second", func(t *testing.T) {
+		db := kumikotest.NewDB(t)
+		second = db.Schema
+		require.Equal(t, 0, db.Count(t, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'mine'", db.Schema))
+	})
+	require.NotEqual(t, first, second)
+
+	probe := kumikotest.NewDB(t)
+	require.Equal(t, 0, probe.Count(t, "SELECT count(*) FROM pg_namespace WHERE nspname IN ($1, $2)", first, second),
+		"schemas of finished tests are dropped")
+}
