@@ -69,11 +69,22 @@ func (s *Store) AppendBatchTx(ctx context.Context, tx pgx.Tx, batch []StreamAppe
 }
 
 func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend) ([]AppendResult, error) {
-	args, err := encodeBatch(batch)
+	batch, err := s.resolveAnyVersion(ctx, q, batch)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, s.sql.append, args.sql()...)
+	a, err := encodeBatch(batch)
+	if err != nil {
+		return nil, err
+	}
+	var rows pgx.Rows
+	if len(a.versions) == 1 {
+		rows, err = q.Query(ctx, s.sql.appendOne, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
+			a.types[0], a.eventVersions[0], a.payloads[0], a.metas[0], a.users[0])
+	} else {
+		rows, err = q.Query(ctx, s.sql.appendMany, a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
+			a.types, a.eventVersions, a.payloads, a.metas, a.users, a.aggIDs, a.tenants, a.expected)
+	}
 	if err != nil {
 		return nil, s.appendFailed(ctx, q, batch, err)
 	}
@@ -83,10 +94,10 @@ func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend
 		version   int
 		createdAt time.Time
 	}
-	var ws []written
+	ws := make([]written, 0, len(a.versions))
 	for rows.Next() {
 		var w written
-		if err := rows.Scan(&w.id, &w.aggID, &w.version, &w.createdAt); err != nil {
+		if err := rows.Scan(&w.id, (*[16]byte)(&w.aggID), &w.version, &w.createdAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("append: scan: %w", err)
 		}
@@ -98,46 +109,75 @@ func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend
 	if len(ws) == 0 {
 		return nil, s.appendFailed(ctx, q, batch, nil)
 	}
-	perStream := make(map[uuid.UUID][]written, len(batch))
+	if len(ws) != len(a.versions) {
+		return nil, fmt.Errorf("append: wrote %d events, expected %d", len(ws), len(a.versions))
+	}
+	type key struct {
+		id      uuid.UUID
+		version int
+	}
+	byKey := make(map[key]written, len(ws))
 	for _, w := range ws {
-		perStream[w.aggID] = append(perStream[w.aggID], w)
+		byKey[key{w.aggID, w.version}] = w
 	}
 	out := make([]AppendResult, len(batch))
+	k := 0
 	for i, sa := range batch {
-		st, got := sa.Stream, perStream[args.aggIDs[i]]
-		if len(got) != len(sa.Events) {
-			return nil, fmt.Errorf("append: stream %s: wrote %d events, expected %d", args.aggIDs[i], len(got), len(sa.Events))
-		}
-		slices.SortFunc(got, func(a, b written) int { return a.version - b.version })
-		r := AppendResult{AggregateID: args.aggIDs[i], Version: got[len(got)-1].version, Events: make([]Event, len(got))}
+		r := AppendResult{AggregateID: uuid.UUID(a.aggIDs[i]), Events: make([]Event, len(sa.Events))}
 		for j, ne := range sa.Events {
-			k := args.offsets[i] + j
+			w := byKey[key{r.AggregateID, int(a.versions[k])}]
 			r.Events[j] = Event{
-				ID: got[j].id, AggregateID: r.AggregateID, AggregateType: st.AggregateType, TenantID: st.TenantID,
-				Version: got[j].version, Type: ne.Type, EventVersion: int(args.eventVersions[k]),
-				Payload: json.RawMessage(args.payloads[k]), Metadata: ne.Metadata,
-				CreatedAt: got[j].createdAt, CreatedBy: ne.Metadata.UserID,
+				ID: w.id, AggregateID: r.AggregateID, AggregateType: sa.Stream.AggregateType, TenantID: sa.Stream.TenantID,
+				Version: w.version, Type: ne.Type, EventVersion: int(a.eventVersions[k]),
+				Payload: json.RawMessage(a.payloads[k]), Metadata: ne.Metadata,
+				CreatedAt: w.createdAt, CreatedBy: ne.Metadata.UserID,
 			}
 			r.Events[j].StoredEventVersion, r.Events[j].StoredPayload = r.Events[j].EventVersion, r.Events[j].Payload
+			k++
 		}
+		r.Version = r.Events[len(r.Events)-1].Version
 		out[i] = r
 	}
 	return out, nil
 }
 
-// batchArgs are the column arrays of the append statement.
-type batchArgs struct {
-	aggIDs, tenants               []uuid.UUID
-	aggTypes                      []string
-	expected                      []int32
-	offsets                       []int // index of each stream's first event
-	sidx, eventVersions           []int32
-	types, payloads, metas, users []string
+// resolveAnyVersion replaces AnyVersion by the stream's current version, so
+// every append below checks a definite version. A writer that appends in
+// between makes the append fail with a version conflict.
+func (s *Store) resolveAnyVersion(ctx context.Context, q querier, batch []StreamAppend) ([]StreamAppend, error) {
+	resolved := batch
+	for i, sa := range batch {
+		if sa.Expected != AnyVersion {
+			continue
+		}
+		if len(resolved) > 0 && &resolved[0] == &batch[0] {
+			resolved = slices.Clone(batch) // never modify the caller's slice
+		}
+		if sa.Stream.AggregateID == uuid.Nil {
+			resolved[i].Expected = 0
+			continue
+		}
+		h, err := s.head(ctx, q, sa.Stream.AggregateID)
+		if err != nil {
+			return nil, fmt.Errorf("append: %w", err)
+		}
+		if err := h.check(sa.Stream, AnyVersion); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		resolved[i].Expected = h.version
+	}
+	return resolved, nil
 }
 
-func (a *batchArgs) sql() []any {
-	return []any{a.aggIDs, a.tenants, a.aggTypes, a.expected,
-		a.sidx, a.types, a.eventVersions, a.payloads, a.metas, a.users}
+// batchArgs are the parameters of the append statements: one entry per
+// stream, and one per event.
+type batchArgs struct {
+	aggIDs, tenants [][16]byte // [16]byte, not uuid.UUID: pgx encodes it without text round trips
+	expected        []int32
+
+	evAggIDs, evTenants                       [][16]byte
+	evAggTypes, types, payloads, metas, users []string
+	versions, eventVersions                   []int32
 }
 
 func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
@@ -154,7 +194,7 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 		if st.TenantID == uuid.Nil {
 			return nil, &BatchError{i, invalidf("tenant id is empty")}
 		}
-		if sa.Expected < AnyVersion {
+		if sa.Expected < 0 {
 			return nil, &BatchError{i, invalidf("expected version %d is negative", sa.Expected)}
 		}
 		if len(sa.Events) == 0 {
@@ -173,10 +213,8 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 		seen[id] = true
 		a.aggIDs = append(a.aggIDs, id)
 		a.tenants = append(a.tenants, st.TenantID)
-		a.aggTypes = append(a.aggTypes, st.AggregateType)
 		a.expected = append(a.expected, int32(sa.Expected))
-		a.offsets = append(a.offsets, len(a.types))
-		for _, ne := range sa.Events {
+		for j, ne := range sa.Events {
 			if ne.Type == "" {
 				return nil, &BatchError{i, invalidf("event type is empty")}
 			}
@@ -191,7 +229,10 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 			if err != nil {
 				return nil, &BatchError{i, fmt.Errorf("%w: event %s metadata: %v", ErrInvalidEvent, ne.Type, err)}
 			}
-			a.sidx = append(a.sidx, int32(i+1))
+			a.evAggIDs = append(a.evAggIDs, id)
+			a.evAggTypes = append(a.evAggTypes, st.AggregateType)
+			a.evTenants = append(a.evTenants, st.TenantID)
+			a.versions = append(a.versions, int32(sa.Expected+j+1))
 			a.types = append(a.types, ne.Type)
 			a.eventVersions = append(a.eventVersions, int32(max(ne.EventVersion, 1)))
 			a.payloads = append(a.payloads, string(payload))
@@ -276,7 +317,7 @@ type streamHead struct {
 
 func (s *Store) head(ctx context.Context, q querier, id uuid.UUID) (streamHead, error) {
 	var h streamHead
-	err := q.QueryRow(ctx, s.sql.streamHead, id).Scan(&h.owner, &h.aggregateType, &h.version, &h.archived)
+	err := q.QueryRow(ctx, s.sql.streamHead, [16]byte(id)).Scan((*[16]byte)(&h.owner), &h.aggregateType, &h.version, &h.archived)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return h, nil
 	}

@@ -34,7 +34,7 @@ func (o LoadOptions) args(tenant, id uuid.UUID) []any {
 	if !o.AsOf.IsZero() {
 		asOf = &o.AsOf
 	}
-	return []any{id, tenant, o.AfterVersion, upTo, asOf, o.IncludeArchived}
+	return []any{[16]byte(id), [16]byte(tenant), o.AfterVersion, upTo, asOf, o.IncludeArchived}
 }
 
 // Load reads a tenant's stream in version order, upcast to current event
@@ -117,9 +117,10 @@ func (s *Store) ReadAll(ctx context.Context, after int64, f ReadFilter) iter.Seq
 	if size <= 0 {
 		size = 500
 	}
-	var tenant *uuid.UUID
+	var tenant *[16]byte
 	if f.TenantID != uuid.Nil {
-		tenant = &f.TenantID
+		t := [16]byte(f.TenantID)
+		tenant = &t
 	}
 	return func(yield func(Event, error) bool) {
 		for {
@@ -162,7 +163,7 @@ func (s *Store) scanEvents(rows pgx.Rows) ([]Event, error) {
 			e    Event
 			meta []byte
 		)
-		if err := rows.Scan(&e.ID, &e.AggregateID, &e.AggregateType, &e.TenantID, &e.Version, &e.Type,
+		if err := rows.Scan(&e.ID, (*[16]byte)(&e.AggregateID), &e.AggregateType, (*[16]byte)(&e.TenantID), &e.Version, &e.Type,
 			&e.StoredEventVersion, &e.StoredPayload, &meta, &e.CreatedAt, &e.CreatedBy); err != nil {
 			return nil, err
 		}

@@ -12,8 +12,9 @@ import (
 
 // notifier sends the post-commit wake-up. A transactional NOTIFY serialises
 // every committing writer on Postgres' notify queue lock; sending it after the
-// commit on a separate statement, coalesced to at most one in flight, keeps
-// appends at full speed and still never announces an uncommitted event.
+// commit on a separate statement, coalesced to at most one in flight and one
+// per notifyInterval, keeps appends at full speed and still never announces an
+// uncommitted event.
 type notifier struct {
 	pool    *pgxpool.Pool
 	channel string
@@ -63,7 +64,13 @@ func (n *notifier) run(ctx context.Context) {
 			// Consumers fall back to polling; the events themselves are safe.
 			n.log.Warn("eventstore: wake-up notification failed", "channel", n.channel, "err", err)
 		}
+		// Commits arriving meanwhile share the next notification.
+		time.Sleep(notifyInterval)
 	}
 }
 
 func (n *notifier) wait() { n.wg.Wait() }
+
+// notifyInterval bounds the notification rate to what listeners need: a
+// wake-up at most this much later, instead of one statement per commit.
+const notifyInterval = 2 * time.Millisecond

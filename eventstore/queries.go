@@ -8,11 +8,11 @@ import (
 
 // queries holds every SQL statement of the store, qualified with its schema.
 type queries struct {
-	append, streamHead                         string
-	load, readAll                              string
-	loadSnapshot, loadAfterSnapshot, saveSnap  string
-	archive, restore, isArchived               string
-	notify                                     string
+	appendOne, appendMany, streamHead         string
+	load, readAll                             string
+	loadSnapshot, loadAfterSnapshot, saveSnap string
+	archive, restore, isArchived              string
+	notify                                    string
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by`
@@ -26,35 +26,35 @@ func newQueries(schema string) queries {
 		"{cols}", eventColumns,
 	)
 	return queries{
-		// One statement appends to any number of streams: it checks every
-		// stream's owner, archive marker and expected version and inserts all
-		// events or none. A concurrent writer that inserted the same version
-		// first makes the unique (aggregate_id, version) index refuse ours.
-		append: r.Replace(`
-WITH s AS (
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[])
-		WITH ORDINALITY AS s(aggregate_id, tenant_id, aggregate_type, expected, idx)
-), h AS (
-	SELECT s.*, head.tenant_id AS owner, COALESCE(head.version, 0) AS current,
-		EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = s.aggregate_id) AS archived
-	FROM s LEFT JOIN LATERAL (
-		SELECT e.tenant_id, e.version FROM {events} e
-		WHERE e.aggregate_id = s.aggregate_id ORDER BY e.version DESC LIMIT 1
-	) head ON true
-), refused AS (
-	SELECT 1 FROM h
-	WHERE h.archived OR (h.owner IS NOT NULL AND h.owner <> h.tenant_id)
-		OR (h.expected >= 0 AND h.current <> h.expected)
-)
+		// The appends write versions the client computed from the expected
+		// version. A stream is at version n exactly when its event n exists
+		// and n+1 does not; the unique (aggregate_id, version) index refuses
+		// an n+1 that exists, including one a concurrent writer inserted
+		// first, so only "n exists for this tenant" and "not archived" are
+		// checked here. A new stream needs neither check: an archived or
+		// foreign stream already has a version 1. Scalar parameters keep the
+		// single-event statement's plan cached.
+		appendOne: r.Replace(`
 INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
-SELECT h.aggregate_id, h.aggregate_type, h.tenant_id,
-	(CASE WHEN h.expected >= 0 THEN h.expected ELSE h.current END)
-		+ (row_number() OVER (PARTITION BY v.sidx ORDER BY v.ord))::int,
-	v.type, v.event_version, v.payload::jsonb, v.metadata::jsonb, v.created_by
-FROM unnest($5::int[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[])
-	WITH ORDINALITY AS v(sidx, type, event_version, payload, metadata, created_by, ord)
-JOIN h ON h.idx = v.sidx
-WHERE NOT EXISTS (SELECT 1 FROM refused)
+SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9
+WHERE $4 = 1 OR (
+	EXISTS (SELECT 1 FROM {events} e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
+	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1))
+RETURNING id, aggregate_id, version, created_at`),
+
+		// Many events of one or many streams, all or none.
+		appendMany: r.Replace(`
+INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
+SELECT v.aggregate_id, v.aggregate_type, v.tenant_id, v.version, v.type, v.event_version, v.payload::jsonb, v.metadata::jsonb, v.created_by
+FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[])
+	WITH ORDINALITY AS v(aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by, ord)
+WHERE NOT EXISTS (
+	SELECT 1 FROM unnest($10::uuid[], $11::uuid[], $12::int[]) AS s(aggregate_id, tenant_id, expected)
+	WHERE s.expected > 0 AND (
+		NOT EXISTS (SELECT 1 FROM {events} e
+			WHERE e.aggregate_id = s.aggregate_id AND e.version = s.expected AND e.tenant_id = s.tenant_id)
+		OR EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = s.aggregate_id))
+)
 ORDER BY v.ord
 RETURNING id, aggregate_id, version, created_at`),
 

@@ -80,8 +80,8 @@ func (s *Store) loadWithSnapshot(ctx context.Context, q querier, tenant, id uuid
 	}
 	snapshotVersion = max(snapshotVersion, 1)
 	b := &pgx.Batch{}
-	b.Queue(s.sql.loadSnapshot, id, tenant, snapshotVersion, upTo)
-	b.Queue(s.sql.loadAfterSnapshot, id, tenant, snapshotVersion, upTo)
+	b.Queue(s.sql.loadSnapshot, [16]byte(id), [16]byte(tenant), snapshotVersion, upTo)
+	b.Queue(s.sql.loadAfterSnapshot, [16]byte(id), [16]byte(tenant), snapshotVersion, upTo)
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 

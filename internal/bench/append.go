@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+)
+
+// The one event shape every append writes, through the store and raw alike.
+const (
+	aggType      = "bench_task"
+	eventType    = "bench_task.created"
+	benchUser    = "bench-user"
+	benchPayload = `{"title":"write the benchmark","priority":3,"done":false,"tags":["bench","kumiko"]}`
+)
+
+func benchEvent() eventstore.NewEvent {
+	return eventstore.NewEvent{
+		Type:     eventType,
+		Payload:  json.RawMessage(benchPayload),
+		Metadata: eventstore.Metadata{UserID: benchUser, RequestID: "req-0001", CorrelationID: "corr-0001"},
+	}
+}
+
+// benchMetadata is the metadata column the store writes for benchEvent.
+func benchMetadata() string {
+	b, err := json.Marshal(benchEvent().Metadata)
+	if err != nil {
+		panic(err) // a constant struct of strings
+	}
+	return string(b)
+}
+
+// appendRows compares single-event appends with an autocommitted INSERT of
+// the same row, to new streams and to existing streams, at 1 and 16 writers.
+func (b *bench) appendRows(ctx context.Context) ([]row, error) {
+	insert := `INSERT INTO ` + b.rawEvents + ` (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	ev, meta := benchEvent(), benchMetadata()
+	appendGoal := atLeastOfRaw(0.85) // SPEC §9: Go-API append ≥ 85 % of raw
+
+	newStream := pair{
+		name: "append 1 event/tx, new stream",
+		fw: func(ctx context.Context, _ int) (int, error) {
+			_, err := b.store.Append(ctx, eventstore.Stream{TenantID: b.tenant, AggregateType: aggType}, 0, ev)
+			return 1, err
+		},
+		raw: func(ctx context.Context, _ int) (int, error) {
+			_, err := b.pool.Exec(ctx, insert, [16]byte(uuid.Must(uuid.NewV7())), aggType, [16]byte(b.tenant), 1, eventType, 1, benchPayload, meta, benchUser)
+			return 1, err
+		},
+	}
+
+	var rows []row
+	for _, workers := range []int{1, 16} {
+		p := newStream
+		p.name, p.unit, p.workers, p.goal = p.name+", "+writers(workers), "events/s", workers, appendGoal
+		r, err := b.compare(ctx, p)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, r)
+	}
+	for _, workers := range []int{1, 16} {
+		// Every worker owns one stream per side, created by its first append
+		// and extended with the expected version after that.
+		fwStreams, rawStreams := ownStreams(workers), ownStreams(workers)
+		p := pair{
+			name:    "append 1 event/tx, existing stream, " + writers(workers),
+			unit:    "events/s",
+			workers: workers,
+			goal:    appendGoal,
+			fw: func(ctx context.Context, w int) (int, error) {
+				s := &fwStreams[w]
+				res, err := b.store.Append(ctx, eventstore.Stream{TenantID: b.tenant, AggregateType: aggType, AggregateID: s.id}, s.version, ev)
+				if err != nil {
+					return 0, err
+				}
+				s.version = res.Version
+				return 1, nil
+			},
+			raw: func(ctx context.Context, w int) (int, error) {
+				s := &rawStreams[w]
+				if _, err := b.pool.Exec(ctx, insert, [16]byte(s.id), aggType, [16]byte(b.tenant), s.version+1, eventType, 1, benchPayload, meta, benchUser); err != nil {
+					return 0, err
+				}
+				s.version++
+				return 1, nil
+			},
+		}
+		r, err := b.compare(ctx, p)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func writers(n int) string {
+	if n == 1 {
+		return "1 writer"
+	}
+	return fmt.Sprintf("%d writers", n)
+}
+
+// stream is a stream a worker appends to, and the version it is at.
+type stream struct {
+	id      uuid.UUID
+	version int
+}
+
+func ownStreams(n int) []stream {
+	s := make([]stream, n)
+	for i := range s {
+		s[i].id = uuid.Must(uuid.NewV7())
+	}
+	return s
+}
+
+// batchRows compares 100-event appends (one stream, and 100 new streams of
+// one event) with one multi-row INSERT … SELECT FROM unnest of the same rows.
+func (b *bench) batchRows(ctx context.Context) ([]row, error) {
+	const n = 100
+	insert := `INSERT INTO ` + b.rawEvents + ` (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
+SELECT id, atype, tenant, version, type, evversion, payload::jsonb, metadata::jsonb, by
+FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[])
+	AS u(id, atype, tenant, version, type, evversion, payload, metadata, by)`
+
+	ev, meta := benchEvent(), benchMetadata()
+	events := make([]eventstore.NewEvent, n)
+	for i := range events {
+		events[i] = ev
+	}
+	// Columns that are the same in every raw batch.
+	var (
+		aggTypes, types, payloads, metas, users = repeat(aggType, n), repeat(eventType, n), repeat(benchPayload, n), repeat(meta, n), repeat(benchUser, n)
+		tenants                                 = repeat([16]byte(b.tenant), n)
+		evVersions, ones, seq                   = repeat(int32(1), n), repeat(int32(1), n), make([]int32, n)
+	)
+	for i := range seq {
+		seq[i] = int32(i + 1)
+	}
+	rawBatch := func(ctx context.Context, ids [][16]byte, versions []int32) (int, error) {
+		_, err := b.pool.Exec(ctx, insert, ids, aggTypes, tenants, versions, types, evVersions, payloads, metas, users)
+		return n, err
+	}
+
+	oneStream := pair{
+		name: "append 100 events, 1 stream (Append)",
+		fw: func(ctx context.Context, _ int) (int, error) {
+			_, err := b.store.Append(ctx, eventstore.Stream{TenantID: b.tenant, AggregateType: aggType}, 0, events...)
+			return n, err
+		},
+		raw: func(ctx context.Context, _ int) (int, error) {
+			return rawBatch(ctx, repeat([16]byte(uuid.Must(uuid.NewV7())), n), seq)
+		},
+	}
+	manyStreams := pair{
+		name: "append 100 streams x 1 event (AppendBatch)",
+		fw: func(ctx context.Context, _ int) (int, error) {
+			batch := make([]eventstore.StreamAppend, n)
+			for i := range batch {
+				batch[i] = eventstore.StreamAppend{
+					Stream:   eventstore.Stream{TenantID: b.tenant, AggregateType: aggType},
+					Expected: 0,
+					Events:   []eventstore.NewEvent{ev},
+				}
+			}
+			_, err := b.store.AppendBatch(ctx, batch)
+			return n, err
+		},
+		raw: func(ctx context.Context, _ int) (int, error) {
+			ids := make([][16]byte, n)
+			for i := range ids {
+				ids[i] = uuid.Must(uuid.NewV7())
+			}
+			return rawBatch(ctx, ids, ones)
+		},
+	}
+
+	var rows []row
+	for _, p := range []pair{oneStream, manyStreams} {
+		p.unit, p.workers, p.goal = "events/s", 1, atLeastOfRaw(0.85)
+		r, err := b.compare(ctx, p)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func repeat[T any](v T, n int) []T {
+	s := make([]T, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}

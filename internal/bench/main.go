@@ -1,0 +1,221 @@
+// Command bench is the benchmark that `make bench` runs (SPEC §9). It measures
+// the event store's Go API next to a raw pgx baseline doing the same SQL work
+// (same table shape, same rows, same concurrency) in the same process against
+// the same server, and prints both rates and the ratio framework/raw:
+//
+//   - append of 1 event per transaction at 1 and 16 writers, to new and to
+//     existing streams, against a plain autocommitted INSERT;
+//   - batch append of 100 events (one stream, and 100 streams × 1 event)
+//     against one multi-row INSERT … SELECT FROM unnest(…);
+//   - load of a 100- and a 10,000-event stream with and without snapshots
+//     against the equivalent SELECT scanned into the same Go types.
+//
+// Each comparison warms both sides up, then runs them in alternating rounds
+// for -duration in total per side, so both see the same machine state. The
+// targets are reported, never asserted.
+//
+// The server is DATABASE_URL (default
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable). The program
+// creates the database kumiko_bench when missing and works in fresh random
+// schemas that it drops on exit, including on SIGINT/SIGTERM.
+//
+//	go run ./internal/bench [-duration 3s] [-warmup 500ms] [-rounds 3]
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+)
+
+const (
+	defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	benchDatabase      = "kumiko_bench"
+	poolSize           = 24 // 16 writers, the store's notifier, and headroom
+)
+
+// config is the command line.
+type config struct {
+	duration time.Duration // measured time per side and comparison
+	warmup   time.Duration // unmeasured time per side before each comparison
+	rounds   int           // alternations of framework and raw within duration
+}
+
+// bench is the state shared by every measurement.
+type bench struct {
+	cfg       config
+	pool      *pgxpool.Pool
+	store     *eventstore.Store
+	tenant    uuid.UUID
+	fwEvents  string // the store's events table, quoted and schema-qualified
+	fwSnaps   string // the store's snapshots table
+	rawEvents string // the raw baseline's identically shaped events table
+}
+
+func main() {
+	var cfg config
+	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured time per side of each comparison")
+	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
+	flag.Parse()
+	if cfg.duration <= 0 || cfg.rounds < 1 || cfg.warmup < 0 {
+		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -rounds ≥ 1, -warmup ≥ 0")
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop) // a second signal kills the process at once
+
+	serverURL := os.Getenv("DATABASE_URL")
+	if serverURL == "" {
+		serverURL = defaultDatabaseURL
+	}
+	dbURL, err := withDatabase(serverURL, benchDatabase)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if err := ensureDatabase(ctx, serverURL, benchDatabase); err != nil {
+		return fmt.Errorf("create database %s: %w", benchDatabase, err)
+	}
+	poolCfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	poolCfg.MaxConns = poolSize
+	poolCfg.MinConns = poolSize
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	schema := "bench_" + randomHex(6)
+	rawSchema := schema + "_raw"
+	store, err := eventstore.New(pool, eventstore.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	defer dropSchemas(pool, store, schema, rawSchema)
+	rawStore, err := eventstore.New(pool, eventstore.Config{Schema: rawSchema})
+	if err != nil {
+		return err
+	}
+	for _, s := range []*eventstore.Store{store, rawStore} {
+		if _, err := s.Migrate(ctx); err != nil {
+			return err
+		}
+	}
+
+	b := &bench{
+		cfg:       cfg,
+		pool:      pool,
+		store:     store,
+		tenant:    uuid.MustParse("0190a000-0000-7000-8000-0000000be7c0"),
+		fwEvents:  pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
+		fwSnaps:   pgx.Identifier{schema, "kumiko_snapshots"}.Sanitize(),
+		rawEvents: pgx.Identifier{rawSchema, "kumiko_events"}.Sanitize(),
+	}
+	if err := b.printHeader(ctx, schema); err != nil {
+		return err
+	}
+
+	var rows []row
+	for _, group := range []func(context.Context) ([]row, error){b.appendRows, b.batchRows, b.loadRows} {
+		rs, err := group(ctx)
+		rows = append(rows, rs...)
+		if err != nil {
+			printTable(rows) // what was measured before the failure or interrupt
+			return err
+		}
+	}
+	printTable(rows)
+	return nil
+}
+
+// printHeader says what the numbers were measured on.
+func (b *bench) printHeader(ctx context.Context, schema string) error {
+	var version, syncCommit string
+	if err := b.pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('synchronous_commit')`).
+		Scan(&version, &syncCommit); err != nil {
+		return err
+	}
+	fmt.Printf("kumiko bench: PostgreSQL %s (synchronous_commit=%s), %d CPUs, GOMAXPROCS=%d, pool %d\n",
+		version, syncCommit, runtime.NumCPU(), runtime.GOMAXPROCS(0), poolSize)
+	fmt.Printf("database %s, schemas %s (framework) and %s_raw (raw); %s per side in %d alternating rounds after %s warm-up\n\n",
+		benchDatabase, schema, schema, b.cfg.duration, b.cfg.rounds, b.cfg.warmup)
+	return nil
+}
+
+// dropSchemas removes the run's schemas. It runs on every exit path, with a
+// context of its own because the run's context may be cancelled by a signal.
+func dropSchemas(pool *pgxpool.Pool, store *eventstore.Store, schemas ...string) {
+	store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range schemas {
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE"); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: drop schema %s: %v\n", s, err)
+		}
+	}
+}
+
+// ensureDatabase creates the database name on the server when it is missing.
+func ensureDatabase(ctx context.Context, serverURL, name string) error {
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil || exists {
+		return err
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		return nil // created concurrently
+	}
+	return err
+}
+
+// withDatabase returns serverURL pointing at database name.
+func withDatabase(serverURL, name string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return "", fmt.Errorf("want a postgres:// URL, got scheme %q", u.Scheme)
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
