@@ -2,6 +2,8 @@ package kumikotest_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -32,4 +34,37 @@ func TestNewDBIsolatesAndCleansUp(t *testing.T) {
 	probe := kumikotest.NewDB(t)
 	require.Equal(t, 0, probe.Count(t, "SELECT count(*) FROM pg_namespace WHERE nspname IN ($1, $2)", first, second),
 		"schemas of finished tests are dropped")
+}
+
+// fatalRecorder captures the failure NewDB reports instead of failing the
+// surrounding test.
+type fatalRecorder struct {
+	testing.TB
+	msg     string
+	skipped bool
+}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func (r *fatalRecorder) Skip(...any)          { r.skipped = true; runtime.Goexit() }
+func (r *fatalRecorder) Skipf(string, ...any) { r.skipped = true; runtime.Goexit() }
+func (r *fatalRecorder) SkipNow()             { r.skipped = true; runtime.Goexit() }
+
+// Without a reachable server the test fails with the reason and the way out;
+// it never skips.
+func TestNewDBFailsLoudlyWithoutPostgres(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2")
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		kumikotest.NewDB(rec)
+	}()
+	<-done
+	require.False(t, rec.skipped)
+	require.Contains(t, rec.msg, "PostgreSQL at postgres://postgres@127.0.0.1:1/postgres")
+	require.Contains(t, rec.msg, "make services")
 }
