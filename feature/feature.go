@@ -1,0 +1,328 @@
+package feature
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Feature is one feature's recorded declarations. It is created by [Define]
+// and read by the registry; applications only pass it along.
+//
+// A Feature never changes after Define returns: a [Registrar] kept and used
+// later only records a problem, which makes the registry refuse the feature.
+type Feature struct {
+	mu     sync.Mutex
+	sealed bool
+	defs   Definitions
+}
+
+// Define records the feature called name by running fn at once with a
+// [Registrar]. Mistakes (a nil field, a bad option value, even a panic inside
+// fn) are recorded, not panicked, and reported by the registry at boot. The
+// name must be lowercase (letters, digits, '-' and '_') and unique in the app.
+func Define(name string, fn func(r *Registrar)) *Feature {
+	f := &Feature{defs: Definitions{Name: name}}
+	if fn == nil {
+		f.defs.Problems = append(f.defs.Problems, Problem{Item: item("feature", name), Message: "Define called with a nil function"})
+		f.sealed = true
+		return f
+	}
+	r := &Registrar{f: f}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				f.defs.Problems = append(f.defs.Problems, Problem{
+					Item:    item("feature", name),
+					Message: fmt.Sprintf("panic while defining the feature: %v (at %s)", p, panicSite()),
+				})
+			}
+		}()
+		fn(r)
+	}()
+	f.mu.Lock()
+	f.sealed = true
+	f.mu.Unlock()
+	return f
+}
+
+// item names a declaration in problems the way the registry names it in boot
+// errors: `entity "task"`.
+func item(kind, name string) string { return fmt.Sprintf("%s %q", kind, name) }
+
+// panicSite names the first frame outside the runtime and this package, which
+// is where the author's code panicked.
+func panicSite() string {
+	pcs := make([]uintptr, 32)
+	n := runtime.Callers(3, pcs)
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		fr, more := frames.Next()
+		if !strings.HasPrefix(fr.Function, "runtime.") && !strings.Contains(fr.Function, "kumiko/feature.") {
+			return fmt.Sprintf("%s:%d", fr.File, fr.Line)
+		}
+		if !more {
+			return "unknown location"
+		}
+	}
+}
+
+// Name is the feature's name as given to Define.
+func (f *Feature) Name() string { return f.defs.Name }
+
+// Definitions returns a copy of everything the feature declared, in
+// declaration order. It is what the registry compiles; applications do not
+// need it.
+func (f *Feature) Definitions() Definitions {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := Definitions{Name: f.defs.Name}
+	for _, e := range f.defs.Entities {
+		d.Entities = append(d.Entities, e.clone())
+	}
+	d.Cruds = slices.Clone(f.defs.Cruds)
+	d.Events = slices.Clone(f.defs.Events)
+	for _, m := range f.defs.Migrations {
+		m.Steps = slices.Clone(m.Steps)
+		d.Migrations = append(d.Migrations, m)
+	}
+	d.Handlers = slices.Clone(f.defs.Handlers)
+	for _, p := range f.defs.Projections {
+		p.Table = p.Table.Clone()
+		p.Apply = maps.Clone(p.Apply)
+		d.Projections = append(d.Projections, p)
+	}
+	for _, m := range f.defs.MSPs {
+		d.MSPs = append(d.MSPs, m.clone())
+	}
+	d.Problems = slices.Clone(f.defs.Problems)
+	return d
+}
+
+// Definitions is a feature's declarations as recorded, with the DSL's defaults
+// applied but not validated: that is the registry's job.
+type Definitions struct {
+	Name        string
+	Entities    []EntityDef
+	Cruds       []CrudDef
+	Events      []EventDef
+	Migrations  []MigrationDef
+	Handlers    []HandlerDef
+	Projections []ProjectionDef
+	MSPs        []MSP
+	// Problems are mistakes found while recording; each fails the boot.
+	Problems []Problem
+}
+
+// Problem is a mistake recorded while a feature was defined.
+type Problem struct {
+	Item    string // what it concerns, e.g. `entity "task"`
+	Message string
+}
+
+// EntityDef is an entity as declared with [Registrar.Entity].
+type EntityDef struct {
+	Name string
+	// Fields by JSON (camelCase) name, snapshotted when Entity was called.
+	Fields map[string]FieldSpec
+	// SoftDelete keeps deleted rows (deleted_at) and enables restore.
+	SoftDelete bool
+	// SystemStream writes every stream of the entity to the system tenant.
+	SystemStream bool
+	// SnapshotEvery is the automatic snapshot interval in events (default 100).
+	SnapshotEvery int
+	// SnapshotVersion is the reducer generation of snapshots (default 1).
+	SnapshotVersion int
+	// Table is the read-model table (default read_<entity>).
+	Table string
+}
+
+func (e EntityDef) clone() EntityDef {
+	fields := make(map[string]FieldSpec, len(e.Fields))
+	for k, v := range e.Fields {
+		fields[k] = v.clone()
+	}
+	e.Fields = fields
+	return e
+}
+
+// CrudDef is a [Registrar.Crud] declaration.
+type CrudDef struct {
+	Entity string
+	Access Access
+}
+
+// EventDef is a domain event declared with [Registrar.DefineEvent].
+type EventDef struct {
+	Name string
+	// Payload is the Go type of the payload value; nil when it was nil.
+	Payload reflect.Type
+	// Version is the current payload schema generation (default 1).
+	Version int
+}
+
+// MigrationDef is an upcaster step declared with [Registrar.EventMigration].
+type MigrationDef struct {
+	Event    string
+	From, To int
+	Steps    []MigrationStep
+}
+
+// HandlerDef is a command or query declared with [Registrar.Command],
+// [Registrar.Query], [HandleCommand] or [HandleQuery].
+type HandlerDef struct {
+	Name string
+	Kind HandlerKind
+	// Input is the Go type of the input value; nil when it was nil.
+	Input  reflect.Type
+	Access Rule
+	// Handler is the function as given to Command or Query, checked against
+	// Input and wrapped by the registry. Nil when Invoke is set.
+	Handler any
+	// Invoke is set by the type-safe HandleCommand and HandleQuery.
+	Invoke HandlerFunc
+}
+
+// ProjectionDef is an inline projection declared with [Registrar.Projection].
+type ProjectionDef struct {
+	Name string
+	InlineProjection
+}
+
+// Registrar records a feature's declarations. It is only valid inside the
+// function passed to [Define].
+type Registrar struct {
+	f *Feature
+}
+
+// record runs fn on the feature's definitions unless Define has returned, in
+// which case the late call is recorded as a problem.
+func (r *Registrar) record(item string, fn func(d *Definitions)) {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	if r.f.sealed {
+		r.f.defs.Problems = append(r.f.defs.Problems, Problem{Item: item, Message: "declared after Define returned; declare everything inside the Define function"})
+		return
+	}
+	fn(&r.f.defs)
+}
+
+func (r *Registrar) problem(item, format string, args ...any) {
+	r.record(item, func(d *Definitions) {
+		d.Problems = append(d.Problems, Problem{Item: item, Message: fmt.Sprintf(format, args...)})
+	})
+}
+
+// Entity declares a level-1 entity: an aggregate type whose streams hold the
+// CRUD events <name>.created/updated/deleted(/restored), folded by a default
+// reducer into a read table (default read_<name>). The name is lowercase
+// (letters, digits, '_'); fields are keyed by camelCase JSON name.
+func (r *Registrar) Entity(name string, fields Fields, opts ...EntityOption) {
+	entityItem := item("entity", name)
+	def := EntityDef{
+		Name:            name,
+		Fields:          make(map[string]FieldSpec, len(fields)),
+		SnapshotEvery:   DefaultSnapshotEvery,
+		SnapshotVersion: 1,
+		Table:           "read_" + name,
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if fields[k] == nil {
+			r.problem(entityItem+fmt.Sprintf(" field %q", k), "field is nil; use a builder such as feature.Text()")
+			continue
+		}
+		def.Fields[k] = fields[k].Spec()
+	}
+	for _, o := range opts {
+		if o.apply == nil {
+			r.problem(entityItem, "zero EntityOption; use the feature option constructors")
+			continue
+		}
+		o.apply(&def)
+	}
+	r.record(entityItem, func(d *Definitions) { d.Entities = append(d.Entities, def) })
+}
+
+// Crud exposes an entity through the generated handlers <entity>.create,
+// .update, .delete, .restore (soft-delete entities only), .list and .detail.
+// Access is deny-by-default: every generated handler needs a rule.
+func (r *Registrar) Crud(entity string, access Access) {
+	r.record(item("crud", entity), func(d *Definitions) {
+		d.Cruds = append(d.Cruds, CrudDef{Entity: entity, Access: access.clone()})
+	})
+}
+
+// DefineEvent declares a domain event this feature may append. The payload is
+// a value of a Go struct type (or a pointer to one); its `json` tags give the
+// wire names and its `validate` tags (validator/v10) the rules every payload
+// must pass before it is stored. The name is lowercase and dotted
+// (`task.completed`); the current version defaults to 1.
+func (r *Registrar) DefineEvent(name string, payload any, opts ...EventOption) {
+	def := EventDef{Name: name, Payload: reflect.TypeOf(payload), Version: 1}
+	for _, o := range opts {
+		if o.apply == nil {
+			r.problem(item("event", name), "zero EventOption; use the feature option constructors")
+			continue
+		}
+		o.apply(&def)
+	}
+	r.record(item("event", name), func(d *Definitions) { d.Events = append(d.Events, def) })
+}
+
+// EventMigration declares the upcaster step of event from version `from` to
+// `to` = from+1, applied to stored payloads on every read. The steps run in
+// order on the payload's JSON object. An event at version N needs exactly one
+// migration for each of 1→2 … N-1→N; a step without operations is allowed
+// (a version bump that changes meaning but not shape).
+func (r *Registrar) EventMigration(event string, from, to int, steps ...MigrationStep) {
+	def := MigrationDef{Event: event, From: from, To: to, Steps: slices.Clone(steps)}
+	r.record(fmt.Sprintf("migration %q %d→%d", event, from, to), func(d *Definitions) {
+		d.Migrations = append(d.Migrations, def)
+	})
+}
+
+// Command declares a command handler. input is a value of the input struct
+// type T; handler must be a func(feature.CommandContext, T) (R, error) for
+// any R (checked at boot). Commands run in a write transaction. Prefer
+// [HandleCommand], which the compiler checks.
+func (r *Registrar) Command(name string, input any, access Rule, handler any) {
+	r.handler(KindCommand, name, input, access, handler)
+}
+
+// Query declares a query handler like [Registrar.Command]; queries read only.
+// Prefer [HandleQuery], which the compiler checks.
+func (r *Registrar) Query(name string, input any, access Rule, handler any) {
+	r.handler(KindQuery, name, input, access, handler)
+}
+
+func (r *Registrar) handler(kind HandlerKind, name string, input any, access Rule, handler any) {
+	def := HandlerDef{Name: name, Kind: kind, Input: reflect.TypeOf(input), Access: access, Handler: handler}
+	if v := reflect.ValueOf(handler); v.Kind() == reflect.Func && v.IsNil() {
+		def.Handler = nil
+	}
+	r.record(item("handler", name), func(d *Definitions) { d.Handlers = append(d.Handlers, def) })
+}
+
+// Projection declares an inline projection: its apply functions run in the
+// write transaction of every event appended to a stream of p.Source (an
+// entity of this feature), so the table never lags behind the events.
+func (r *Registrar) Projection(name string, p InlineProjection) {
+	def := ProjectionDef{Name: name, InlineProjection: InlineProjection{
+		Source: p.Source,
+		Table:  p.Table.Clone(),
+		Apply:  maps.Clone(p.Apply),
+	}}
+	r.record(item("projection", name), func(d *Definitions) { d.Projections = append(d.Projections, def) })
+}
+
+// MultiStreamProjection declares an asynchronous consumer of committed events
+// of any stream and any feature: a read model in m.Table, or, without a table,
+// a side-effect consumer (mail, webhooks). Zero settings take their defaults.
+func (r *Registrar) MultiStreamProjection(m MSP) {
+	def := m.clone()
+	r.record(item("msp", m.Name), func(d *Definitions) { d.MSPs = append(d.MSPs, def) })
+}

@@ -1,0 +1,287 @@
+package feature
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+)
+
+// DefaultSnapshotEvery is the automatic snapshot interval of entities.
+const DefaultSnapshotEvery = 100
+
+// Fields are an entity's fields by camelCase JSON name. Each name also gives
+// the read table's column, converted by [ColumnName].
+type Fields map[string]*Field
+
+// FieldType is the kind of value an entity field holds.
+type FieldType string
+
+// Field types. Values travel as JSON: text, enum, timestamp (RFC 3339) and
+// uuid/reference (canonical lowercase) as strings, number as a JSON number,
+// bool as a boolean, json as any JSON value.
+const (
+	TypeText      FieldType = "text"
+	TypeNumber    FieldType = "number"
+	TypeBool      FieldType = "bool"
+	TypeEnum      FieldType = "enum"
+	TypeTimestamp FieldType = "timestamp"
+	TypeUUID      FieldType = "uuid"
+	TypeReference FieldType = "reference"
+	TypeJSON      FieldType = "json"
+)
+
+// ColumnType is the PostgreSQL type of the field's read-table column.
+func (t FieldType) ColumnType() string {
+	switch t {
+	case TypeText, TypeEnum:
+		return "text"
+	case TypeNumber:
+		return "numeric"
+	case TypeBool:
+		return "boolean"
+	case TypeTimestamp:
+		return "timestamptz"
+	case TypeUUID, TypeReference:
+		return "uuid"
+	case TypeJSON:
+		return "jsonb"
+	}
+	return ""
+}
+
+// Field is an entity field under construction. The builder methods change
+// the field and return it, so they chain; a method that does not apply to the
+// field's type records a problem reported at boot.
+type Field struct {
+	spec FieldSpec
+}
+
+func newField(t FieldType) *Field { return &Field{spec: FieldSpec{Type: t}} }
+
+// Text is a string field; see [Field.MaxLen].
+func Text() *Field { return newField(TypeText) }
+
+// Number is a numeric field (a JSON number, stored as numeric).
+func Number() *Field { return newField(TypeNumber) }
+
+// Bool is a boolean field.
+func Bool() *Field { return newField(TypeBool) }
+
+// Enum is a string field restricted to values (at least one, no duplicates).
+func Enum(values ...string) *Field {
+	f := newField(TypeEnum)
+	f.spec.Enum = slices.Clone(values)
+	if len(values) == 0 {
+		f.problem("Enum needs at least one value")
+	}
+	seen := map[string]bool{}
+	for _, v := range values {
+		if v == "" {
+			f.problem("Enum value is empty")
+		}
+		if seen[v] {
+			f.problem(fmt.Sprintf("Enum value %q is listed twice", v))
+		}
+		seen[v] = true
+	}
+	return f
+}
+
+// Timestamp is a point in time, an RFC 3339 string on the wire, stored with
+// microsecond precision.
+func Timestamp() *Field { return newField(TypeTimestamp) }
+
+// UUID is a UUID field.
+func UUID() *Field { return newField(TypeUUID) }
+
+// Reference is the id of an aggregate of entity (any feature's); it is a UUID
+// and the entity must exist in the app.
+func Reference(entity string) *Field {
+	f := newField(TypeReference)
+	f.spec.Ref = entity
+	if entity == "" {
+		f.problem("Reference needs an entity name")
+	}
+	return f
+}
+
+// JSON holds any JSON value, stored as jsonb. It cannot be sortable or unique.
+func JSON() *Field { return newField(TypeJSON) }
+
+func (f *Field) problem(msg string) { f.spec.Problems = append(f.spec.Problems, msg) }
+
+// Required makes the field mandatory on create and forbids clearing it on
+// update. An empty string counts as missing for text fields.
+func (f *Field) Required() *Field { f.spec.Required = true; return f }
+
+// Default is applied on create when the field is absent or null. It must be
+// valid for the field's type (checked at boot): a string for text and enum
+// (one of the values), a number, a bool, a time.Time or RFC 3339 string for
+// timestamps, a uuid.UUID or UUID string, any JSON-encodable value for json.
+func (f *Field) Default(v any) *Field {
+	f.spec.Default, f.spec.HasDefault = v, true
+	if v == nil {
+		f.problem("Default(nil); omit Default for a field without a default")
+	}
+	return f
+}
+
+// MaxLen bounds a text field to n characters (runes), n ≥ 1.
+func (f *Field) MaxLen(n int) *Field {
+	f.spec.MaxLen = n
+	if f.spec.Type != TypeText {
+		f.problem(fmt.Sprintf("MaxLen applies to text fields, not %s", f.spec.Type))
+	}
+	if n < 1 {
+		f.problem(fmt.Sprintf("MaxLen(%d) must be at least 1", n))
+	}
+	return f
+}
+
+// Sortable allows list queries to sort (and keyset-paginate) by the field and
+// gives its column an index.
+func (f *Field) Sortable() *Field {
+	f.spec.Sortable = true
+	if f.spec.Type == TypeJSON {
+		f.problem("json fields cannot be sortable")
+	}
+	return f
+}
+
+// Unique makes the field's value unique per tenant (a unique index on the
+// read table; a clash answers unique_violation).
+func (f *Field) Unique() *Field {
+	f.spec.Unique = true
+	if f.spec.Type == TypeJSON {
+		f.problem("json fields cannot be unique")
+	}
+	return f
+}
+
+// ReadRoles restricts who sees the field on reads to users with one of roles;
+// without it every reader of the entity sees it.
+func (f *Field) ReadRoles(roles ...string) *Field {
+	f.spec.ReadRoles = slices.Clone(roles)
+	f.checkRoles("ReadRoles", roles)
+	return f
+}
+
+// WriteRoles restricts who may set the field to users with one of roles;
+// without it every writer of the entity may.
+func (f *Field) WriteRoles(roles ...string) *Field {
+	f.spec.WriteRoles = slices.Clone(roles)
+	f.checkRoles("WriteRoles", roles)
+	return f
+}
+
+func (f *Field) checkRoles(method string, roles []string) {
+	if len(roles) == 0 {
+		f.problem(method + " needs at least one role")
+	}
+	if slices.Contains(roles, "") {
+		f.problem(method + " has an empty role name")
+	}
+}
+
+// Spec returns a copy of the field's definition.
+func (f *Field) Spec() FieldSpec { return f.spec.clone() }
+
+// FieldSpec is a field's definition as the registry and the pipeline read it.
+type FieldSpec struct {
+	Type       FieldType
+	Required   bool
+	HasDefault bool
+	// Default as given to [Field.Default]; the registry validates and
+	// normalises it.
+	Default  any
+	MaxLen   int // characters; 0 = unbounded
+	Enum     []string
+	Sortable bool
+	Unique   bool
+	// Ref is the referenced entity of a reference field.
+	Ref        string
+	ReadRoles  []string
+	WriteRoles []string
+	// Problems are builder misuses (MaxLen on a bool, …); each fails the boot.
+	Problems []string
+}
+
+func (s FieldSpec) clone() FieldSpec {
+	s.Enum = slices.Clone(s.Enum)
+	s.ReadRoles = slices.Clone(s.ReadRoles)
+	s.WriteRoles = slices.Clone(s.WriteRoles)
+	s.Problems = slices.Clone(s.Problems)
+	return s
+}
+
+// CanRead reports whether u may see the field (given that u may read the
+// entity at all).
+func (s FieldSpec) CanRead(u User) bool { return fieldAllows(s.ReadRoles, u) }
+
+// CanWrite reports whether u may set the field (given that u may write the
+// entity at all).
+func (s FieldSpec) CanWrite(u User) bool { return fieldAllows(s.WriteRoles, u) }
+
+func fieldAllows(roles []string, u User) bool {
+	if len(roles) == 0 {
+		return true
+	}
+	return u.Authenticated && slices.ContainsFunc(roles, u.HasRole)
+}
+
+// ColumnName is the read-table column of a camelCase field name:
+// "completedBy" → "completed_by", "userID" → "user_id".
+func ColumnName(field string) string {
+	rs := []rune(field)
+	var b strings.Builder
+	for i, r := range rs {
+		if unicode.IsUpper(r) {
+			prevLower := i > 0 && (unicode.IsLower(rs[i-1]) || unicode.IsDigit(rs[i-1]))
+			nextLower := i > 0 && i+1 < len(rs) && unicode.IsUpper(rs[i-1]) && unicode.IsLower(rs[i+1])
+			if prevLower || nextLower {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(r))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// EntityOption configures an entity; see [SoftDelete], [SystemStream],
+// [SnapshotEvery], [SnapshotVersion] and [Table].
+type EntityOption struct {
+	apply func(*EntityDef)
+}
+
+// SoftDelete makes delete set deleted_at instead of removing the row, and
+// adds the restore handler and event.
+func SoftDelete() EntityOption {
+	return EntityOption{func(d *EntityDef) { d.SoftDelete = true }}
+}
+
+// SystemStream stores every stream of the entity in the system tenant
+// (streams that belong to no customer); its events are cross-tenant.
+func SystemStream() EntityOption {
+	return EntityOption{func(d *EntityDef) { d.SystemStream = true }}
+}
+
+// SnapshotEvery sets the automatic snapshot interval (default 100 events;
+// n ≥ 1).
+func SnapshotEvery(n int) EntityOption {
+	return EntityOption{func(d *EntityDef) { d.SnapshotEvery = n }}
+}
+
+// SnapshotVersion sets the reducer generation of snapshots (default 1, v ≥ 1).
+// Bump it after a reducer change: snapshots of other generations are ignored.
+func SnapshotVersion(v int) EntityOption {
+	return EntityOption{func(d *EntityDef) { d.SnapshotVersion = v }}
+}
+
+// Table names the entity's read table (default read_<entity>); a lowercase
+// SQL identifier not starting with kumiko_.
+func Table(name string) EntityOption {
+	return EntityOption{func(d *EntityDef) { d.Table = name }}
+}

@@ -1,0 +1,165 @@
+package feature
+
+import (
+	"maps"
+	"slices"
+)
+
+// InlineProjection is a read model kept in the write transaction of its source
+// entity's events: an event and the projection's rows commit or roll back
+// together.
+type InlineProjection struct {
+	// Source is the entity (of the same feature) whose streams feed it.
+	Source string
+	// Table is the projection's table; it must have a tenant_id uuid column,
+	// which QueryProjection filters by.
+	Table TableDef
+	// Apply maps event types to their apply functions: the source entity's
+	// CRUD events or events this feature defines. At least one entry.
+	Apply map[string]ProjectionApplyFunc
+}
+
+// ProjectionApplyFunc applies one event to an inline projection's table.
+type ProjectionApplyFunc func(ctx ProjectionContext, e Event) error
+
+// TableDef describes a read-model table the framework creates and rebuilds.
+type TableDef struct {
+	// Name is a lowercase SQL identifier, unique in the app, not starting with
+	// kumiko_.
+	Name    string
+	Columns []Column
+	// PrimaryKey lists the key's columns; empty = no primary key.
+	PrimaryKey []string
+	Indexes    []Index
+}
+
+// Column is a table column.
+type Column struct {
+	// Name is a lowercase SQL identifier.
+	Name string
+	// Type is a PostgreSQL type as written in DDL: "text", "bigint",
+	// "numeric(12,2)", "timestamptz", "uuid", "jsonb", "text[]", ….
+	Type    string
+	NotNull bool
+}
+
+// Index is a secondary index over columns, in order.
+type Index struct {
+	Columns []string
+	Unique  bool
+}
+
+// Clone returns a deep copy of t.
+func (t TableDef) Clone() TableDef {
+	t.Columns = slices.Clone(t.Columns)
+	t.PrimaryKey = slices.Clone(t.PrimaryKey)
+	idx := make([]Index, len(t.Indexes))
+	for i, x := range t.Indexes {
+		idx[i] = Index{Columns: slices.Clone(x.Columns), Unique: x.Unique}
+	}
+	if t.Indexes == nil {
+		idx = nil
+	}
+	t.Indexes = idx
+	return t
+}
+
+// Column returns the column called name.
+func (t TableDef) Column(name string) (Column, bool) {
+	i := slices.IndexFunc(t.Columns, func(c Column) bool { return c.Name == name })
+	if i < 0 {
+		return Column{}, false
+	}
+	return t.Columns[i], true
+}
+
+// Delivery says which processes handle a multi-stream projection's events.
+type Delivery int
+
+// Deliveries.
+const (
+	// Shared (the default): exactly one process of the app handles each event.
+	Shared Delivery = iota
+	// PerInstance: every process handles every event (caches, local fan-out).
+	// Not allowed with a table, which every instance would write alike.
+	PerInstance
+)
+
+// String is "shared" or "per-instance".
+func (d Delivery) String() string {
+	if d == PerInstance {
+		return "per-instance"
+	}
+	if d == Shared {
+		return "shared"
+	}
+	return "invalid"
+}
+
+// StartFrom says where a new multi-stream projection starts reading.
+type StartFrom int
+
+// Start positions. They only matter the first time the consumer is seen; an
+// existing cursor is never rewound.
+const (
+	// FromBeginning (the default) replays the whole event log.
+	FromBeginning StartFrom = iota
+	// FromNow starts after the newest event at first start.
+	FromNow
+)
+
+// String is "beginning" or "now".
+func (s StartFrom) String() string {
+	if s == FromNow {
+		return "now"
+	}
+	if s == FromBeginning {
+		return "beginning"
+	}
+	return "invalid"
+}
+
+// Multi-stream projection defaults.
+const (
+	DefaultMaxAttempts = 10
+	DefaultBatchSize   = 200
+)
+
+// MSP is a multi-stream projection: an asynchronous consumer of committed
+// events of any stream, tenant and feature, delivered in event-id order. With
+// a Table its writes share the pass transaction with the consumer's cursor, so
+// an event's effects and the cursor move together; without one it is a
+// side-effect consumer (mail, webhooks) whose effects are at-least-once.
+type MSP struct {
+	// Name is lowercase (letters, digits, '-', '_', '.') and unique among the
+	// app's projections.
+	Name string
+	// Delivery defaults to Shared.
+	Delivery Delivery
+	// Table is nil for a side-effect consumer.
+	Table *TableDef
+	// Apply maps event types (defined anywhere in the app) to their apply
+	// functions. At least one entry.
+	Apply map[string]ApplyFunc
+	// MaxAttempts before the consumer goes dead (default 10).
+	MaxAttempts int
+	// SkipApplyErrors moves past an event whose apply fails instead of
+	// retrying it.
+	SkipApplyErrors bool
+	// StartFrom defaults to FromBeginning.
+	StartFrom StartFrom
+	// BatchSize is the number of events per pass (default 200).
+	BatchSize int
+}
+
+// ApplyFunc handles one event in a multi-stream projection.
+type ApplyFunc func(ctx ApplyContext, e Event) error
+
+func (m MSP) clone() MSP {
+	m.Apply = maps.Clone(m.Apply)
+	if m.Table != nil {
+		t := m.Table.Clone()
+		m.Table = &t
+	}
+	return m
+}

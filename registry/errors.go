@@ -1,0 +1,117 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrUnknownType is returned (wrapped) when a name is neither an event type
+// nor a handler of the registry.
+var ErrUnknownType = errors.New("unknown event or handler type")
+
+// Boot rule codes, the Rule of a [BootError].
+const (
+	RuleDefinition = "definition" // a mistake recorded while the feature was defined
+	RuleName       = "name"       // a name has the wrong form
+	RuleUnique     = "unique"     // a name is declared twice in the app
+	RuleField      = "field"      // an entity field is invalid
+	RuleEntity     = "entity"     // an entity option is invalid
+	RulePayload    = "payload"    // an event payload or handler input type is invalid
+	RuleHandler    = "handler"    // a handler function does not fit its input
+	RuleAccess     = "access"     // a handler has no (valid) access rule
+	RuleCrud       = "crud"       // a Crud declaration is invalid
+	RuleMigration  = "migration"  // an upcaster chain is broken
+	RuleApply      = "apply"      // an apply map is empty or names an unknown event
+	RuleProjection = "projection" // a projection's source, table or settings are invalid
+	RuleInternal   = "internal"   // the registry failed; a bug
+)
+
+// BootError is one violation found by [Build]. Build joins all of them with
+// errors.Join; use errors.As or AllBootErrors to inspect them.
+type BootError struct {
+	Feature string // the feature declaring the item ("" when app-wide)
+	Item    string // e.g. `event "task.completed"`, `entity "task" field "title"`
+	Rule    string // one of the Rule… constants
+	Message string
+}
+
+// Error names the feature and the item, then the problem and its rule:
+// `boot: feature "tasks": event "task.done": … [migration]`.
+func (e *BootError) Error() string {
+	var b strings.Builder
+	b.WriteString("boot: ")
+	if e.Feature != "" {
+		fmt.Fprintf(&b, "feature %q: ", e.Feature)
+	}
+	if e.Item != "" {
+		b.WriteString(e.Item)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Message)
+	fmt.Fprintf(&b, " [%s]", e.Rule)
+	return b.String()
+}
+
+// AllBootErrors returns every *BootError inside err (as returned by Build).
+func AllBootErrors(err error) []*BootError {
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		var out []*BootError
+		for _, e := range joined.Unwrap() {
+			out = append(out, AllBootErrors(e)...)
+		}
+		return out
+	}
+	var be *BootError
+	if errors.As(err, &be) {
+		return []*BootError{be}
+	}
+	return nil
+}
+
+// ValidationError is a payload that failed decoding or validation. Nothing
+// derived from such a payload may be stored; it answers 400 validation_error
+// with its Fields.
+type ValidationError struct {
+	// Fields lists every problem found, in a stable order.
+	Fields []FieldError
+}
+
+// FieldError is one problem of a payload.
+type FieldError struct {
+	// Path is the JSON path of the value in camelCase wire names, e.g.
+	// "items[2].name" or `tags["a b"]`; "" for the payload itself.
+	Path string
+	// Code is stable: "invalid_json", "type", "required", "unknown_field",
+	// "max", "min", "oneof", "not_sortable", or the name of the failing
+	// validate tag ("email", "gte", …).
+	Code string
+	// Message is a sentence for humans, safe to show to clients.
+	Message string
+}
+
+// Error lists every field problem with its path and code.
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	b.WriteString("validation failed")
+	for i, f := range e.Fields {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		if f.Path != "" {
+			b.WriteString(f.Path)
+			b.WriteString(" ")
+		}
+		b.WriteString(f.Message)
+		fmt.Fprintf(&b, " (%s)", f.Code)
+	}
+	return b.String()
+}
+
+// Code is the stable error code "validation_error".
+func (e *ValidationError) Code() string { return "validation_error" }
+
+func invalid(fields ...FieldError) *ValidationError { return &ValidationError{Fields: fields} }
