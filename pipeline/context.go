@@ -1,0 +1,347 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+)
+
+// commandContext is the feature.CommandContext of one request.
+type commandContext struct {
+	ctx     context.Context
+	tx      pgx.Tx
+	d       *Dispatcher
+	c       *Caller
+	feature string
+}
+
+var _ feature.CommandContext = (*commandContext)(nil)
+
+func (d *Dispatcher) newCommandContext(ctx context.Context, tx pgx.Tx, c *Caller, featureName string) *commandContext {
+	return &commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: featureName}
+}
+
+func (cc *commandContext) Context() context.Context { return cc.ctx }
+func (cc *commandContext) DB() feature.DB           { return cc.tx }
+func (cc *commandContext) User() feature.User       { return cc.c.User }
+func (cc *commandContext) Tenant() uuid.UUID        { return cc.c.User.TenantID }
+func (cc *commandContext) RequestID() string        { return cc.c.RequestID }
+func (cc *commandContext) CorrelationID() string    { return cc.c.CorrelationID }
+
+// tenantFor is the tenant of aggregateType's streams: the system tenant for
+// system-stream entities, the caller's otherwise.
+func (cc *commandContext) tenantFor(aggregateType string) uuid.UUID {
+	return cc.d.tenantOf(cc.d.entities[aggregateType], cc.c)
+}
+
+func (cc *commandContext) LoadAggregate(id uuid.UUID, aggregateType string, opts feature.LoadOptions) (feature.Aggregate, error) {
+	evs, err := cc.d.store.LoadTx(cc.ctx, cc.tx, cc.tenantFor(aggregateType), id,
+		eventstore.LoadOptions{AsOf: opts.AsOf, UpToVersion: opts.Version})
+	if err != nil {
+		return nil, err
+	}
+	return cc.newAggregate(id, aggregateType, nil, evs)
+}
+
+func (cc *commandContext) FetchForWriting(id uuid.UUID, aggregateType string, expectedVersion int) (feature.Aggregate, error) {
+	agg, err := cc.LoadAggregate(id, aggregateType, feature.LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	switch v := agg.Version(); {
+	case expectedVersion == feature.AnyVersion:
+	case v == 0 && expectedVersion > 0:
+		archived, err := cc.IsStreamArchived(id)
+		if err != nil {
+			return nil, err
+		}
+		if archived {
+			return nil, fmt.Errorf("%w: %s", eventstore.ErrStreamArchived, id)
+		}
+		return nil, fmt.Errorf("%w: %s", eventstore.ErrAggregateNotFound, id)
+	case v != expectedVersion:
+		return nil, &eventstore.VersionConflictError{AggregateID: id, Expected: expectedVersion, Current: v}
+	}
+	return agg, nil
+}
+
+func (cc *commandContext) LoadAggregateWithSnapshot(id uuid.UUID, aggregateType string, snapshotVersion int) (feature.Snapshot, feature.Aggregate, error) {
+	snap, evs, err := cc.d.store.LoadWithSnapshotTx(cc.ctx, cc.tx, cc.tenantFor(aggregateType), id, snapshotVersion, eventstore.LoadOptions{})
+	if err != nil {
+		return feature.Snapshot{}, nil, err
+	}
+	var fs feature.Snapshot
+	if snap != nil {
+		if snap.AggregateType != aggregateType {
+			return feature.Snapshot{}, cc.emptyAggregate(id, aggregateType), nil
+		}
+		fs = feature.Snapshot{Version: snap.Version, State: snap.State, SnapshotVersion: snap.SnapshotVersion, CreatedAt: snap.CreatedAt}
+	}
+	agg, err := cc.newAggregate(id, aggregateType, snap, evs)
+	return fs, agg, err
+}
+
+func (cc *commandContext) SnapshotAggregate(spec feature.SnapshotSpec) error {
+	tenant := cc.tenantFor(spec.AggregateType)
+	if spec.State == nil {
+		t, ok := cc.d.entities[spec.AggregateType]
+		if !ok {
+			return fmt.Errorf("snapshot %s: State is required for %s, which is not an entity", spec.AggregateID, spec.AggregateType)
+		}
+		evs, err := cc.d.store.LoadTx(cc.ctx, cc.tx, tenant, spec.AggregateID, eventstore.LoadOptions{UpToVersion: spec.Version})
+		if err != nil {
+			return err
+		}
+		if spec.State, err = t.fold(nil, evs); err != nil {
+			return err
+		}
+	}
+	raw, err := json.Marshal(spec.State)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", spec.AggregateID, err)
+	}
+	return cc.d.store.SaveSnapshotTx(cc.ctx, cc.tx, eventstore.Snapshot{
+		TenantID: tenant, AggregateID: spec.AggregateID, AggregateType: spec.AggregateType,
+		Version: spec.Version, State: raw, SnapshotVersion: spec.SnapshotVersion,
+	})
+}
+
+func (cc *commandContext) AppendEvent(spec feature.AppendSpec) (feature.EventRef, error) {
+	ev, err := cc.d.appendSpec(cc.ctx, cc.tx, cc.c, cc.tenantFor(spec.AggregateType), cc.feature, spec, "")
+	if err != nil {
+		return feature.EventRef{}, err
+	}
+	return eventRef(ev), nil
+}
+
+func (cc *commandContext) TryAppendEvent(spec feature.AppendSpec) (feature.EventRef, bool, error) {
+	sp, err := cc.tx.Begin(cc.ctx) // a savepoint: losing the race must not abort the request
+	if err != nil {
+		return feature.EventRef{}, false, err
+	}
+	ev, err := cc.d.appendSpec(cc.ctx, sp, cc.c, cc.tenantFor(spec.AggregateType), cc.feature, spec, "")
+	if errors.Is(err, eventstore.ErrVersionConflict) {
+		if rbErr := sp.Rollback(cc.ctx); rbErr != nil {
+			return feature.EventRef{}, false, rbErr
+		}
+		return feature.EventRef{}, false, nil
+	}
+	if err != nil {
+		_ = sp.Rollback(cc.ctx)
+		return feature.EventRef{}, false, err
+	}
+	if err := sp.Commit(cc.ctx); err != nil {
+		return feature.EventRef{}, false, err
+	}
+	return eventRef(ev), true, nil
+}
+
+func (cc *commandContext) ArchiveStream(id uuid.UUID, reason string) error {
+	return cc.d.store.ArchiveTx(cc.ctx, cc.tx, cc.c.User.TenantID, id, cc.c.User.ID, reason)
+}
+
+func (cc *commandContext) RestoreStream(id uuid.UUID) error {
+	return cc.d.store.RestoreTx(cc.ctx, cc.tx, cc.c.User.TenantID, id)
+}
+
+func (cc *commandContext) IsStreamArchived(id uuid.UUID) (bool, error) {
+	return cc.d.store.IsArchivedTx(cc.ctx, cc.tx, cc.c.User.TenantID, id)
+}
+
+func (cc *commandContext) QueryProjection(name string) feature.ProjectionQuery {
+	q := &projectionQuery{ctx: cc.ctx, db: cc.tx, tenant: cc.c.User.TenantID}
+	if t, ok := cc.d.entities[name]; ok {
+		q.table, q.tenant = t.table, cc.tenantFor(name)
+	} else if p, ok := cc.d.reg.Projection(name); ok {
+		q.table = cc.d.qualify(p.Table().Name)
+	} else if m, ok := cc.d.reg.MSP(name); ok {
+		if td, ok := m.Table(); ok && hasColumn(td, "tenant_id") {
+			q.table = cc.d.qualify(td.Name)
+		} else {
+			q.err = fmt.Errorf("projection %s has no table with a tenant_id column to filter by", name)
+		}
+	} else {
+		q.err = fmt.Errorf("no projection %q", name)
+	}
+	return q
+}
+
+func hasColumn(t feature.TableDef, name string) bool {
+	_, ok := t.Column(name)
+	return ok
+}
+
+func eventRef(ev eventstore.Event) feature.EventRef {
+	return feature.EventRef{ID: ev.ID, AggregateID: ev.AggregateID, Version: ev.Version, Type: ev.Type, EventVersion: ev.EventVersion}
+}
+
+// aggregate is a loaded stream.
+type aggregate struct {
+	cc      *commandContext
+	id      uuid.UUID
+	typ     string
+	version int
+	events  []feature.Event
+	state   map[string]any
+	entity  *entityTable
+}
+
+func (cc *commandContext) emptyAggregate(id uuid.UUID, typ string) *aggregate {
+	return &aggregate{cc: cc, id: id, typ: typ, entity: cc.d.entities[typ]}
+}
+
+// newAggregate builds an aggregate from an optional snapshot and the events
+// after it. Events of another aggregate type mean the id is not a stream of
+// this type: the aggregate is empty.
+func (cc *commandContext) newAggregate(id uuid.UUID, typ string, snap *eventstore.Snapshot, evs []eventstore.Event) (*aggregate, error) {
+	a := cc.emptyAggregate(id, typ)
+	if len(evs) > 0 && evs[0].AggregateType != typ {
+		return a, nil
+	}
+	if snap != nil {
+		a.version = snap.Version
+		if a.entity != nil {
+			if err := json.Unmarshal(snap.State, &a.state); err != nil {
+				return nil, fmt.Errorf("snapshot of %s: %w", id, err)
+			}
+		}
+	}
+	for _, e := range evs {
+		a.events = append(a.events, featureEvent(e))
+		a.version = e.Version
+	}
+	if a.entity != nil {
+		var err error
+		if a.state, err = a.entity.fold(a.state, evs); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *aggregate) ID() uuid.UUID          { return a.id }
+func (a *aggregate) Type() string           { return a.typ }
+func (a *aggregate) Version() int           { return a.version }
+func (a *aggregate) Events() []feature.Event { return slices.Clone(a.events) }
+
+func (a *aggregate) State() map[string]any {
+	if a.state == nil {
+		return nil
+	}
+	out := make(map[string]any, len(a.state))
+	for k, v := range a.state {
+		out[k] = v
+	}
+	return out
+}
+
+func (a *aggregate) Append(eventType string, payload any) error {
+	ev, err := a.cc.d.appendSpec(a.cc.ctx, a.cc.tx, a.cc.c, a.cc.tenantFor(a.typ), a.cc.feature, feature.AppendSpec{
+		AggregateID: a.id, AggregateType: a.typ, Type: eventType, Payload: payload, ExpectedVersion: a.version,
+	}, "")
+	if err != nil {
+		return err
+	}
+	// Keep the aggregate current, so a second Append expects the new version.
+	if a.entity != nil {
+		if a.state, err = a.entity.fold(a.state, []eventstore.Event{ev}); err != nil {
+			return err
+		}
+	}
+	a.events = append(a.events, featureEvent(ev))
+	a.version = ev.Version
+	return nil
+}
+
+// projectionContext is the feature.ProjectionContext of one inline apply.
+type projectionContext struct {
+	ctx    context.Context
+	db     feature.DB
+	tenant uuid.UUID
+	table  string
+}
+
+func (p *projectionContext) Context() context.Context { return p.ctx }
+func (p *projectionContext) DB() feature.DB           { return p.db }
+func (p *projectionContext) Tenant() uuid.UUID        { return p.tenant }
+func (p *projectionContext) Table() string            { return p.table }
+
+// projectionQuery reads a projection table of one tenant.
+type projectionQuery struct {
+	ctx    context.Context
+	db     feature.DB
+	table  string
+	tenant uuid.UUID
+	err    error
+}
+
+// sql builds the statement: the author's condition uses $1…$n for Args; the
+// tenant filter takes the next placeholder, so it cannot be bypassed.
+func (q *projectionQuery) sql(selectList string, f feature.ProjectionFilter) (string, []any) {
+	args := append(slices.Clone(f.Args), [16]byte(q.tenant))
+	var b strings.Builder
+	fmt.Fprintf(&b, "SELECT %s FROM %s WHERE tenant_id = $%d", selectList, q.table, len(args))
+	if f.Where != "" {
+		fmt.Fprintf(&b, " AND (%s)", f.Where)
+	}
+	if f.OrderBy != "" {
+		fmt.Fprintf(&b, " ORDER BY %s", f.OrderBy)
+	}
+	if f.Limit > 0 {
+		fmt.Fprintf(&b, " LIMIT %d", f.Limit)
+	}
+	return b.String(), args
+}
+
+func (q *projectionQuery) Rows(f feature.ProjectionFilter) ([]map[string]any, error) {
+	if q.err != nil {
+		return nil, q.err
+	}
+	sql, args := q.sql("*", f)
+	rows, err := q.db.Query(q.ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query projection: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (map[string]any, error) {
+		m, err := pgx.RowToMap(r)
+		for k, v := range m {
+			m[k] = fromDB(v)
+		}
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query projection: %w", err)
+	}
+	return out, nil
+}
+
+func (q *projectionQuery) Row(f feature.ProjectionFilter) (map[string]any, error) {
+	f.Limit = 1
+	rows, err := q.Rows(f)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return rows[0], nil
+}
+
+func (q *projectionQuery) Count(f feature.ProjectionFilter) (int64, error) {
+	if q.err != nil {
+		return 0, q.err
+	}
+	f.OrderBy, f.Limit = "", 0
+	sql, args := q.sql("count(*)", f)
+	var n int64
+	if err := q.db.QueryRow(q.ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count projection: %w", err)
+	}
+	return n, nil
+}

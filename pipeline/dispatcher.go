@@ -1,0 +1,256 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// MaxBatch is the most requests one Batch accepts.
+const MaxBatch = 100
+
+// Config configures a Dispatcher. The zero value is usable.
+type Config struct {
+	// Logger receives what cannot be returned. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Dispatcher runs writes, batches, queries and commands. Build it once per
+// process; it is safe for concurrent use.
+type Dispatcher struct {
+	reg      *registry.Registry
+	store    *eventstore.Store
+	pool     *pgxpool.Pool
+	schema   string
+	log      *slog.Logger
+	entities map[string]*entityTable
+}
+
+// New returns a dispatcher for the registry's features on store. The store
+// must upcast with the registry (eventstore.Config{Upcaster: reg}) so every
+// read sees current event versions. Call EnsureSchema once at start-up.
+func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Dispatcher, error) {
+	if reg == nil || store == nil {
+		return nil, errors.New("pipeline: registry and store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	d := &Dispatcher{
+		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
+		entities: map[string]*entityTable{},
+	}
+	for _, e := range reg.Entities() {
+		d.entities[e.Name()] = newEntityTable(d.schema, e)
+	}
+	return d, nil
+}
+
+// Registry returns the registry the dispatcher serves.
+func (d *Dispatcher) Registry() *registry.Registry { return d.reg }
+
+// Caller is who sends a request and what travels with it onto every event.
+type Caller struct {
+	// User is the authenticated caller; User.TenantID is the tenant every
+	// read and write is confined to.
+	User feature.User
+	// RequestID and CorrelationID are stored in each event's metadata;
+	// CorrelationID is inherited by events consumers append in reaction.
+	RequestID     string
+	CorrelationID string
+	// IdempotencyKey of the HTTP request, stored in each event's metadata.
+	IdempotencyKey string
+	// Headers are stored in each event's metadata.
+	Headers map[string]string
+}
+
+// Request names a handler and carries its JSON payload.
+type Request struct {
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// Write runs a CRUD write (create, update, delete, restore) and returns the
+// entity's row as the caller may see it.
+func (d *Dispatcher) Write(ctx context.Context, c Caller, req Request) (any, error) {
+	h, in, gerr := d.gate(c, req, feature.KindWrite)
+	if gerr != nil {
+		return nil, gerr
+	}
+	var out any
+	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		out, err = d.execute(ctx, tx, &c, h, in)
+		return err
+	})
+	if err != nil {
+		return nil, AsError(err)
+	}
+	return out, nil
+}
+
+// Command runs a command handler in a write transaction and returns what the
+// handler returned.
+func (d *Dispatcher) Command(ctx context.Context, c Caller, req Request) (any, error) {
+	h, in, gerr := d.gate(c, req, feature.KindCommand)
+	if gerr != nil {
+		return nil, gerr
+	}
+	var out any
+	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		out, err = d.execute(ctx, tx, &c, h, in)
+		return err
+	})
+	if err != nil {
+		return nil, AsError(err)
+	}
+	return out, nil
+}
+
+// Batch runs writes and commands in one transaction: all take effect or none.
+// Every request passes its gates before any runs; a failure is an *Error
+// whose Details["failedIndex"] names the request.
+func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any, error) {
+	if len(reqs) == 0 || len(reqs) > MaxBatch {
+		return nil, newError(CodeValidation, "", fmt.Sprintf("a batch holds 1 to %d commands, got %d", MaxBatch, len(reqs)), nil)
+	}
+	hs := make([]registry.Handler, len(reqs))
+	ins := make([]any, len(reqs))
+	for i, req := range reqs {
+		h, in, gerr := d.gate(c, req, feature.KindWrite, feature.KindCommand)
+		if gerr != nil {
+			return nil, gerr.with("failedIndex", i)
+		}
+		hs[i], ins[i] = h, in
+	}
+	out := make([]any, len(reqs))
+	failed := -1
+	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		for i := range reqs {
+			res, err := d.execute(ctx, tx, &c, hs[i], ins[i])
+			if err != nil {
+				failed = i
+				return err
+			}
+			out[i] = res
+		}
+		return nil
+	})
+	if err != nil {
+		e := AsError(err)
+		if failed >= 0 {
+			e.with("failedIndex", failed)
+		}
+		return nil, e
+	}
+	return out, nil
+}
+
+// Query runs a CRUD list or detail or a query handler. Query handlers run in
+// a read-only transaction.
+func (d *Dispatcher) Query(ctx context.Context, c Caller, req Request) (any, error) {
+	h, in, gerr := d.gate(c, req, feature.KindQuery)
+	if gerr != nil {
+		return nil, gerr
+	}
+	var (
+		out any
+		err error
+	)
+	switch h.Verb {
+	case feature.VerbList:
+		out, err = d.list(ctx, &c, d.entities[h.Entity], in.(registry.ListInput))
+	case feature.VerbDetail:
+		out, err = d.detail(ctx, &c, d.entities[h.Entity], in.(registry.DetailInput))
+	default:
+		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			var err error
+			out, err = h.Invoke(d.newCommandContext(ctx, tx, &c, h.Feature), in)
+			return err
+		})
+	}
+	if err != nil {
+		return nil, AsError(err)
+	}
+	return out, nil
+}
+
+// gate runs the checks every request passes before its handler, in order:
+// the handler exists (for this kind of request), the caller may call it, the
+// payload is valid, and the caller may write the fields it sends.
+func (d *Dispatcher) gate(c Caller, req Request, kinds ...feature.HandlerKind) (registry.Handler, any, *Error) {
+	h, ok := d.reg.Handler(req.Type)
+	if !ok || !slices.Contains(kinds, h.Kind) {
+		return h, nil, notFoundf("handler_not_found", "no %s handler %q", kinds[0], req.Type)
+	}
+	if !h.Access.Allows(c.User) {
+		if !c.User.Authenticated {
+			return h, nil, newError(CodeUnauthenticated, "", "sign in to call "+h.Name, nil)
+		}
+		return h, nil, newError(CodeAccessDenied, "", "you may not call "+h.Name, nil)
+	}
+	in, err := d.reg.DecodePayload(h.Name, req.Payload)
+	if err != nil {
+		return h, nil, AsError(err)
+	}
+	if err := d.checkFieldWrite(c.User, h, req.Payload, in); err != nil {
+		return h, nil, err
+	}
+	return h, in, nil
+}
+
+// checkFieldWrite refuses a CRUD write that sends a field the caller may not
+// write. Defaults the caller did not send are not the caller's writes.
+func (d *Dispatcher) checkFieldWrite(u feature.User, h registry.Handler, raw json.RawMessage, in any) *Error {
+	t := d.entities[h.Entity]
+	if t == nil {
+		return nil
+	}
+	var sent []string
+	switch in := in.(type) {
+	case registry.CreateInput:
+		var keys map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &keys) // decoded successfully above
+		for k := range keys {
+			sent = append(sent, k)
+		}
+	case registry.UpdateInput:
+		for k := range in.Changes {
+			sent = append(sent, k)
+		}
+	}
+	for _, f := range sent {
+		if spec, ok := t.specs[f]; ok && !spec.CanWrite(u) {
+			return newError(CodeAccessDenied, "field_access", "you may not write the field "+f, nil).with("field", f)
+		}
+	}
+	return nil
+}
+
+// execute runs a gated write or command inside tx.
+func (d *Dispatcher) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (any, error) {
+	if h.Kind == feature.KindCommand {
+		return h.Invoke(d.newCommandContext(ctx, tx, c, h.Feature), in)
+	}
+	return d.crud(ctx, tx, c, h, in)
+}
+
+// tenantOf is the tenant an entity's streams and rows live in for c.
+func (d *Dispatcher) tenantOf(t *entityTable, c *Caller) uuid.UUID {
+	if t != nil && t.e.SystemStream() {
+		return eventstore.SystemTenant
+	}
+	return c.User.TenantID
+}

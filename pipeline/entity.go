@@ -1,0 +1,278 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// entityTable is an entity's read table with the SQL that keeps it: one row
+// per live stream, the fold of its CRUD events.
+type entityTable struct {
+	e      *registry.Entity
+	table  string   // schema-qualified
+	fields []string // field names, sorted
+	specs  map[string]feature.FieldSpec
+	cols   map[string]string // field name → column
+	soft   bool
+	// selectList is every column a row read returns, in scan order.
+	selectList string
+	insert     string
+}
+
+func newEntityTable(schema string, e *registry.Entity) *entityTable {
+	t := &entityTable{
+		e:      e,
+		table:  pgx.Identifier{schema, e.Table().Name}.Sanitize(),
+		fields: e.FieldNames(),
+		specs:  map[string]feature.FieldSpec{},
+		cols:   map[string]string{},
+		soft:   e.SoftDelete(),
+	}
+	sel := []string{"id", "version"}
+	insCols := []string{"id", "tenant_id", "version", "created_at", "updated_at"}
+	insVals := []string{"$1", "$2", "$3", "$4", "$4"}
+	for i, f := range t.fields {
+		spec, _ := e.Field(f)
+		t.specs[f] = spec
+		col := pgx.Identifier{feature.ColumnName(f)}.Sanitize()
+		t.cols[f] = col
+		sel = append(sel, col)
+		insCols = append(insCols, col)
+		insVals = append(insVals, fmt.Sprintf("$%d::text::%s", i+5, spec.Type.ColumnType()))
+	}
+	sel = append(sel, "created_at", "updated_at")
+	if t.soft {
+		sel = append(sel, "deleted_at")
+	}
+	t.selectList = strings.Join(sel, ", ")
+	t.insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s",
+		t.table, strings.Join(insCols, ", "), strings.Join(insVals, ", "), t.selectList)
+	return t
+}
+
+// apply writes one event of the entity's stream to its row and returns the
+// row afterwards (nil when the event removed it or found none to change).
+// created inserts, updated sets the changed columns, deleted sets deleted_at
+// or deletes the row, restored clears deleted_at; every other event on the
+// stream only moves the row's version, so clients always see the stream
+// version they must present on the next update.
+func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Event) (map[string]any, error) {
+	name := t.e.Name()
+	var (
+		sql  string
+		args = []any{[16]byte(ev.AggregateID), [16]byte(ev.TenantID), ev.Version, ev.CreatedAt}
+	)
+	switch ev.Type {
+	case feature.VerbCreate.EventType(name):
+		fields, err := decodeFields(ev.Payload)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range t.fields {
+			args = append(args, toText(fields[f]))
+		}
+		sql = t.insert
+	case feature.VerbUpdate.EventType(name):
+		changes, err := decodeFields(ev.Payload)
+		if err != nil {
+			return nil, err
+		}
+		sets := []string{"version = $3", "updated_at = $4"}
+		for _, f := range t.fields {
+			v, ok := changes[f]
+			if !ok {
+				continue
+			}
+			args = append(args, toText(v))
+			sets = append(sets, fmt.Sprintf("%s = $%d::text::%s", t.cols[f], len(args), t.specs[f].Type.ColumnType()))
+		}
+		sql = fmt.Sprintf("UPDATE %s SET %s WHERE id = $1 AND tenant_id = $2%s RETURNING %s",
+			t.table, strings.Join(sets, ", "), t.liveOnly(), t.selectList)
+	case feature.VerbDelete.EventType(name):
+		if t.soft {
+			sql = fmt.Sprintf("UPDATE %s SET version = $3, updated_at = $4, deleted_at = $4 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL RETURNING %s",
+				t.table, t.selectList)
+		} else {
+			sql, args = fmt.Sprintf("DELETE FROM %s WHERE id = $1 AND tenant_id = $2 RETURNING %s", t.table, t.selectList), args[:2]
+		}
+	case feature.VerbRestore.EventType(name):
+		sql = fmt.Sprintf("UPDATE %s SET version = $3, updated_at = $4, deleted_at = NULL WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NOT NULL RETURNING %s",
+			t.table, t.selectList)
+	default:
+		sql = fmt.Sprintf("UPDATE %s SET version = $3, updated_at = $4 WHERE id = $1 AND tenant_id = $2 RETURNING %s", t.table, t.selectList)
+	}
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: apply %s: %w", t.table, ev.Type, err)
+	}
+	out, err := t.scanRows(rows)
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+func (t *entityTable) liveOnly() string {
+	if t.soft {
+		return " AND deleted_at IS NULL"
+	}
+	return ""
+}
+
+// scanRows reads rows of selectList into their JSON-native form: the same
+// form the reducer produces from events.
+func (t *entityTable) scanRows(rows pgx.Rows) ([]map[string]any, error) {
+	defer rows.Close()
+	var out []map[string]any
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		row := make(map[string]any, len(t.fields)+5)
+		row["id"] = uuid.UUID(vals[0].([16]byte)).String()
+		row["version"] = int(vals[1].(int32))
+		for i, f := range t.fields {
+			row[f] = fromDB(vals[i+2])
+		}
+		n := len(t.fields) + 2
+		row["createdAt"] = fromDB(vals[n])
+		row["updatedAt"] = fromDB(vals[n+1])
+		if t.soft {
+			row["deletedAt"] = fromDB(vals[n+2])
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}
+
+// fromDB converts a value pgx decoded into the JSON-native form entity
+// payloads use: uuids as lowercase strings, timestamps as RFC 3339 UTC with
+// microseconds, numbers as float64.
+func fromDB(v any) any {
+	switch x := v.(type) {
+	case [16]byte:
+		return uuid.UUID(x).String()
+	case time.Time:
+		return formatTime(x)
+	case pgtype.Numeric:
+		f, err := x.Float64Value()
+		if err != nil || !f.Valid {
+			return nil
+		}
+		return f.Float64
+	}
+	return v
+}
+
+func formatTime(t time.Time) string {
+	return t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano)
+}
+
+// toText renders a normalised field value as the text the SQL casts to the
+// column type; nil stays NULL.
+func toText(v any) any {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case json.Number:
+		return x.String()
+	}
+	b, err := json.Marshal(v) // json fields: any JSON value
+	if err != nil {
+		return nil
+	}
+	return string(b)
+}
+
+func decodeFields(payload json.RawMessage) (map[string]any, error) {
+	var m map[string]any
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return nil, fmt.Errorf("decode entity payload: %w", err)
+	}
+	return m, nil
+}
+
+// fold is the entity reducer: the state a stream's events build, in the
+// same form as a read-table row. nil when the stream holds no live entity
+// (never created, or hard-deleted).
+func (t *entityTable) fold(state map[string]any, events []eventstore.Event) (map[string]any, error) {
+	name := t.e.Name()
+	for _, ev := range events {
+		switch ev.Type {
+		case feature.VerbCreate.EventType(name):
+			fields, err := decodeFields(ev.Payload)
+			if err != nil {
+				return nil, err
+			}
+			state = map[string]any{"id": ev.AggregateID.String(), "createdAt": formatTime(ev.CreatedAt)}
+			for _, f := range t.fields {
+				state[f] = fields[f]
+			}
+			if t.soft {
+				state["deletedAt"] = nil
+			}
+		case feature.VerbUpdate.EventType(name):
+			if state == nil {
+				continue
+			}
+			changes, err := decodeFields(ev.Payload)
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range t.fields {
+				if v, ok := changes[f]; ok {
+					state[f] = v
+				}
+			}
+		case feature.VerbDelete.EventType(name):
+			if state != nil && !t.soft {
+				state = nil
+				continue
+			}
+			if state != nil {
+				state["deletedAt"] = formatTime(ev.CreatedAt)
+			}
+		case feature.VerbRestore.EventType(name):
+			if state != nil {
+				state["deletedAt"] = nil
+			}
+		}
+		if state != nil {
+			state["version"] = ev.Version
+			state["updatedAt"] = formatTime(ev.CreatedAt)
+		}
+	}
+	return state, nil
+}
+
+// visible returns row without the fields user may not read; nil stays nil.
+func (t *entityTable) visible(row map[string]any, u feature.User) map[string]any {
+	if row == nil {
+		return nil
+	}
+	for _, f := range t.fields {
+		if !t.specs[f].CanRead(u) {
+			delete(row, f)
+		}
+	}
+	return row
+}

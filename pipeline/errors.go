@@ -1,0 +1,139 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// Stable error codes of the error contract. The HTTP layer maps each to its
+// status; the pipeline never speaks HTTP.
+const (
+	CodeValidation      = "validation_error"
+	CodeUnauthenticated = "unauthenticated"
+	CodeAccessDenied    = "access_denied"
+	CodeNotFound        = "not_found"
+	CodeVersionConflict = "version_conflict"
+	CodeStreamArchived  = "stream_archived"
+	CodeUniqueViolation = "unique_violation"
+	CodeUnprocessable   = "unprocessable"
+	CodeUnavailable     = "unavailable"
+	CodeInternal        = "internal_error"
+)
+
+// Error is a request failure as the client may see it: a stable Code, a finer
+// Reason, a Detail sentence safe to show, and structured extras. The cause is
+// kept for logs (Unwrap) and never shown.
+type Error struct {
+	Code   string
+	Reason string
+	Detail string
+	// Fields lists payload problems (validation_error).
+	Fields []registry.FieldError
+	// Details carries structured extras: expectedVersion/currentVersion on
+	// conflicts, failedIndex in batches, field on unique violations.
+	Details map[string]any
+	cause   error
+}
+
+func (e *Error) Error() string {
+	msg := e.Code
+	if e.Reason != "" && e.Reason != e.Code {
+		msg += " (" + e.Reason + ")"
+	}
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.cause }
+
+func newError(code, reason, detail string, cause error) *Error {
+	if reason == "" {
+		reason = code
+	}
+	return &Error{Code: code, Reason: reason, Detail: detail, cause: cause}
+}
+
+func (e *Error) with(key string, v any) *Error {
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	e.Details[key] = v
+	return e
+}
+
+// AsError classifies any error of a request into an *Error: the framework's
+// typed errors keep their codes, a handler's feature.Refuse becomes
+// unprocessable, an unreachable database becomes unavailable, and everything
+// else is internal_error with a generic detail.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	var (
+		ve  *registry.ValidationError
+		vc  *eventstore.VersionConflictError
+		ref *feature.RefusedError
+		pg  *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &ve):
+		e := newError(CodeValidation, "", "the payload is not valid", err)
+		e.Fields = ve.Fields
+		return e
+	case errors.Is(err, registry.ErrUnknownType):
+		return newError(CodeNotFound, "handler_not_found", "no such handler", err)
+	case errors.As(err, &vc):
+		e := newError(CodeVersionConflict, "event_version_conflict", "the aggregate was changed by someone else; reload and retry", err)
+		e.with("expectedVersion", vc.Expected)
+		if vc.Current >= 0 {
+			e.with("currentVersion", vc.Current)
+		}
+		return e
+	case errors.Is(err, eventstore.ErrStreamArchived):
+		return newError(CodeStreamArchived, "", "the aggregate is archived", err)
+	case errors.Is(err, eventstore.ErrAggregateNotFound):
+		return newError(CodeNotFound, "aggregate_not_found", "no such aggregate", err)
+	case errors.As(err, &ref):
+		return newError(CodeUnprocessable, ref.Reason(), ref.Detail(), err)
+	case errors.As(err, &pg) && pg.Code == "23505":
+		return newError(CodeUniqueViolation, "", "a value that must be unique is already taken", err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return newError(CodeUnavailable, "timeout", "the request was cancelled or timed out", err)
+	case isConnError(err):
+		return newError(CodeUnavailable, "database_unavailable", "the database is unreachable; retry later", err)
+	}
+	return newError(CodeInternal, "", "internal error", err)
+}
+
+func isConnError(err error) bool {
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		// Class 08: connection exception; 57P0x: the server is shutting down.
+		return pg.Code[:2] == "08" || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
+	}
+	return errors.As(err, &netErr) || errors.As(err, &connErr) || pgconn.SafeToRetry(err)
+}
+
+func notFoundf(reason, format string, args ...any) *Error {
+	return newError(CodeNotFound, reason, fmt.Sprintf(format, args...), nil)
+}

@@ -1,0 +1,346 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// ListResult is a page of a CRUD list.
+type ListResult struct {
+	Rows []map[string]any `json:"rows"`
+	// NextCursor continues after the last row; "" on the last page.
+	NextCursor string `json:"nextCursor"`
+}
+
+// detail reads one entity row of the caller's tenant, or its state at
+// in.AsOf folded from events; nil when it does not exist for the caller.
+func (d *Dispatcher) detail(ctx context.Context, c *Caller, t *entityTable, in registry.DetailInput) (any, error) {
+	tenant := d.tenantOf(t, c)
+	var row map[string]any
+	if in.AsOf.IsZero() {
+		rows, err := d.pool.Query(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE id = $1 AND tenant_id = $2%s",
+			t.selectList, t.table, t.liveOnly()), [16]byte(in.ID), [16]byte(tenant))
+		if err != nil {
+			return nil, err
+		}
+		found, err := t.scanRows(rows)
+		if err != nil {
+			return nil, err
+		}
+		if len(found) > 0 {
+			row = found[0]
+		}
+	} else {
+		evs, err := d.store.Load(ctx, tenant, in.ID, eventstore.LoadOptions{AsOf: in.AsOf})
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) > 0 && evs[0].AggregateType == t.e.Name() {
+			if row, err = t.fold(nil, evs); err != nil {
+				return nil, err
+			}
+		}
+		if row != nil && row["deletedAt"] != nil {
+			row = nil
+		}
+	}
+	if row == nil {
+		return nil, nil
+	}
+	return t.visible(row, c.User), nil
+}
+
+// sortKey is a list ordering key resolved to its column.
+type sortKey struct {
+	field, col, typ string
+	desc            bool
+}
+
+// listPlan is a list request resolved against the entity: ordering keys
+// (ending in id, which makes the order total) and the keyset position.
+type listPlan struct {
+	keys   []sortKey
+	cursor []any // values of keys in the last row of the previous page
+}
+
+func (d *Dispatcher) planList(c *Caller, t *entityTable, in registry.ListInput) (*listPlan, error) {
+	p := &listPlan{}
+	sorts := in.Sort
+	if len(sorts) == 0 {
+		sorts = []registry.SortKey{{Field: "createdAt"}}
+	}
+	for _, s := range sorts {
+		k := sortKey{field: s.Field, desc: s.Desc}
+		switch s.Field {
+		case "id":
+			k.col, k.typ = "id", "uuid"
+		case "createdAt", "updatedAt":
+			k.col, k.typ = feature.ColumnName(s.Field), "timestamptz"
+		default:
+			k.col, k.typ = t.cols[s.Field], t.specs[s.Field].Type.ColumnType()
+		}
+		p.keys = append(p.keys, k)
+	}
+	if p.keys[len(p.keys)-1].field != "id" {
+		p.keys = append(p.keys, sortKey{field: "id", col: "id", typ: "uuid"})
+	}
+	for f := range in.Filter {
+		if err := t.checkRead(c.User, f); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range p.keys {
+		if err := t.checkRead(c.User, k.field); err != nil {
+			return nil, err
+		}
+	}
+	if in.Cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(in.Cursor)
+		if err == nil {
+			err = json.Unmarshal(raw, &p.cursor)
+		}
+		if err != nil || len(p.cursor) != len(p.keys) {
+			return nil, newError(CodeValidation, "invalid_cursor", "the cursor does not belong to this list", err)
+		}
+	}
+	return p, nil
+}
+
+// checkRead refuses filtering or sorting by a field the caller may not read:
+// the order and the cursor would disclose it.
+func (t *entityTable) checkRead(u feature.User, field string) *Error {
+	if spec, ok := t.specs[field]; ok && !spec.CanRead(u) {
+		return newError(CodeAccessDenied, "field_access", "you may not read the field "+field, nil).with("field", field)
+	}
+	return nil
+}
+
+func (p *listPlan) cursorOf(row map[string]any) string {
+	vals := make([]any, len(p.keys))
+	for i, k := range p.keys {
+		vals[i] = row[k.field]
+	}
+	raw, _ := json.Marshal(vals)
+	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// list reads a page of the caller's tenant's rows with keyset pagination:
+// ordered by the sort keys, nulls last, then id; a page continues strictly
+// after the cursor's row, so concurrent inserts never repeat or skip rows
+// already passed.
+func (d *Dispatcher) list(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput) (any, error) {
+	p, err := d.planList(c, t, in)
+	if err != nil {
+		return nil, err
+	}
+	var rows []map[string]any
+	if in.AsOf.IsZero() {
+		rows, err = d.listRows(ctx, c, t, in, p)
+	} else {
+		rows, err = d.listAsOf(ctx, c, t, in, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := ListResult{Rows: make([]map[string]any, 0, len(rows))}
+	if len(rows) > in.Limit {
+		rows = rows[:in.Limit]
+		res.NextCursor = p.cursorOf(rows[len(rows)-1])
+	}
+	for _, r := range rows {
+		res.Rows = append(res.Rows, t.visible(r, c.User))
+	}
+	return res, nil
+}
+
+// listRows reads limit+1 rows from the read table.
+func (d *Dispatcher) listRows(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
+	args := []any{[16]byte(d.tenantOf(t, c))}
+	arg := func(v any, typ string) string {
+		args = append(args, toText(v))
+		return fmt.Sprintf("$%d::text::%s", len(args), typ)
+	}
+	where := []string{"tenant_id = $1"}
+	if t.soft && !in.IncludeDeleted {
+		where = append(where, "deleted_at IS NULL")
+	}
+	for _, f := range slices.Sorted(maps.Keys(in.Filter)) {
+		col, typ := "id", "uuid"
+		if f != "id" {
+			col, typ = t.cols[f], t.specs[f].Type.ColumnType()
+		}
+		if v := in.Filter[f]; v == nil {
+			where = append(where, col+" IS NULL")
+		} else {
+			where = append(where, col+" = "+arg(v, typ))
+		}
+	}
+	if p.cursor != nil {
+		// After the cursor row: for some key i, equal on keys before i and
+		// strictly after on key i. With nulls last, a null cursor value has
+		// nothing strictly after it, and every null comes after a value.
+		var ors []string
+		for i, k := range p.keys {
+			var and []string
+			for j := range i {
+				kj := p.keys[j]
+				if p.cursor[j] == nil {
+					and = append(and, kj.col+" IS NULL")
+				} else {
+					and = append(and, kj.col+" = "+arg(p.cursor[j], kj.typ))
+				}
+			}
+			if p.cursor[i] == nil {
+				continue
+			}
+			op := ">"
+			if k.desc {
+				op = "<"
+			}
+			and = append(and, fmt.Sprintf("(%s %s %s OR %s IS NULL)", k.col, op, arg(p.cursor[i], k.typ), k.col))
+			ors = append(ors, "("+strings.Join(and, " AND ")+")")
+		}
+		if len(ors) == 0 {
+			ors = []string{"false"}
+		}
+		where = append(where, "("+strings.Join(ors, " OR ")+")")
+	}
+	order := make([]string, len(p.keys))
+	for i, k := range p.keys {
+		dir := "ASC"
+		if k.desc {
+			dir = "DESC"
+		}
+		order[i] = k.col + " " + dir + " NULLS LAST"
+	}
+	sql := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %d",
+		t.selectList, t.table, strings.Join(where, " AND "), strings.Join(order, ", "), in.Limit+1)
+	rows, err := d.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return t.scanRows(rows)
+}
+
+// listAsOf folds every stream of the entity in the caller's tenant up to
+// in.AsOf and pages the result like listRows. Text orders bytewise here,
+// where the read table orders by the database collation.
+func (d *Dispatcher) listAsOf(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
+	byStream := map[string][]eventstore.Event{}
+	var order []string
+	filter := eventstore.ReadFilter{TenantID: d.tenantOf(t, c), AggregateTypes: []string{t.e.Name()}}
+	for ev, err := range d.store.ReadAll(ctx, 0, filter) {
+		if err != nil {
+			return nil, err
+		}
+		if ev.CreatedAt.After(in.AsOf) {
+			continue
+		}
+		id := ev.AggregateID.String()
+		if _, ok := byStream[id]; !ok {
+			order = append(order, id)
+		}
+		byStream[id] = append(byStream[id], ev)
+	}
+	var rows []map[string]any
+	for _, id := range order {
+		evs := byStream[id]
+		slices.SortFunc(evs, func(a, b eventstore.Event) int { return a.Version - b.Version })
+		row, err := t.fold(nil, evs)
+		if err != nil {
+			return nil, err
+		}
+		if row == nil || (row["deletedAt"] != nil && !in.IncludeDeleted) || !matches(row, in.Filter) {
+			continue
+		}
+		rows = append(rows, row)
+	}
+	cmpRows := func(a, b map[string]any) int {
+		for _, k := range p.keys {
+			if c := compareValues(a[k.field], b[k.field], k.typ); c != 0 {
+				if k.desc && a[k.field] != nil && b[k.field] != nil {
+					return -c
+				}
+				return c
+			}
+		}
+		return 0
+	}
+	slices.SortFunc(rows, cmpRows)
+	if p.cursor != nil {
+		cur := map[string]any{}
+		for i, k := range p.keys {
+			cur[k.field] = p.cursor[i]
+		}
+		i, _ := slices.BinarySearchFunc(rows, cur, cmpRows)
+		for i < len(rows) && cmpRows(rows[i], cur) <= 0 {
+			i++
+		}
+		rows = rows[i:]
+	}
+	if len(rows) > in.Limit+1 {
+		rows = rows[:in.Limit+1]
+	}
+	return rows, nil
+}
+
+func matches(row, filter map[string]any) bool {
+	for f, want := range filter {
+		if compareValues(row[f], want, "") != 0 || (row[f] == nil) != (want == nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// compareValues orders JSON-native values of one column, nulls last.
+func compareValues(a, b any, typ string) int {
+	switch {
+	case a == nil && b == nil:
+		return 0
+	case a == nil:
+		return 1
+	case b == nil:
+		return -1
+	}
+	switch x := a.(type) {
+	case float64:
+		y, _ := b.(float64)
+		return cmp.Compare(x, y)
+	case bool:
+		y, _ := b.(bool)
+		return cmp.Compare(boolInt(x), boolInt(y))
+	case string:
+		y, _ := b.(string)
+		if typ == "timestamptz" {
+			tx, errX := time.Parse(time.RFC3339Nano, x)
+			ty, errY := time.Parse(time.RFC3339Nano, y)
+			if errX == nil && errY == nil {
+				return tx.Compare(ty)
+			}
+		}
+		return strings.Compare(x, y)
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return strings.Compare(string(ja), string(jb))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+

@@ -1,0 +1,243 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// crud executes a generated CRUD write: one event on the entity's stream,
+// applied to its read row and inline projections in the same transaction.
+func (d *Dispatcher) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (any, error) {
+	t := d.entities[h.Entity]
+	stream := eventstore.Stream{TenantID: d.tenantOf(t, c), AggregateType: h.Entity}
+	var (
+		expected int
+		payload  any = map[string]any{}
+	)
+	switch h.Verb {
+	case feature.VerbCreate:
+		in := in.(registry.CreateInput)
+		stream.AggregateID, payload = in.ID, in.Fields
+	case feature.VerbUpdate:
+		in := in.(registry.UpdateInput)
+		stream.AggregateID, expected, payload = in.ID, in.Version, in.Changes
+	case feature.VerbDelete, feature.VerbRestore:
+		// The row lock orders concurrent deletes and restores; the version
+		// read under it is the stream's, since every event moves it.
+		stream.AggregateID = in.(registry.IDInput).ID
+		v, err := t.lockRow(ctx, tx, stream.AggregateID, stream.TenantID, h.Verb == feature.VerbRestore)
+		if err != nil {
+			return nil, err
+		}
+		expected = v
+	default:
+		return nil, fmt.Errorf("crud: verb %q is not a write", h.Verb)
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return nil, err
+	}
+	ev, row, err := d.appendValid(ctx, tx, c, stream, expected, h.Verb.EventType(h.Entity), raw, "")
+	if err != nil {
+		return nil, err
+	}
+	if row == nil {
+		if h.Verb == feature.VerbDelete && !t.soft {
+			return map[string]any{"id": ev.AggregateID.String(), "version": ev.Version}, nil
+		}
+		// An update of a deleted entity: the stream exists, the row does not.
+		return nil, notFoundf("aggregate_not_found", "no %s %s", h.Entity, stream.AggregateID)
+	}
+	return t.visible(row, c.User), nil
+}
+
+// lockRow locks the entity's row and returns its version; deleted selects a
+// soft-deleted row (restore) instead of a live one.
+func (t *entityTable) lockRow(ctx context.Context, tx pgx.Tx, id, tenant uuid.UUID, deleted bool) (int, error) {
+	cond := ""
+	if t.soft {
+		cond = " AND deleted_at IS NULL"
+		if deleted {
+			cond = " AND deleted_at IS NOT NULL"
+		}
+	}
+	var v int
+	err := tx.QueryRow(ctx, fmt.Sprintf("SELECT version FROM %s WHERE id = $1 AND tenant_id = $2%s FOR UPDATE", t.table, cond),
+		[16]byte(id), [16]byte(tenant)).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, notFoundf("aggregate_not_found", "no %s %s", t.e.Name(), id)
+	}
+	return v, err
+}
+
+// appendSpec validates an event a handler or consumer appends and writes it:
+// the event must be one featureName may emit and its payload must pass the
+// event's validation; otherwise nothing is written.
+func (d *Dispatcher) appendSpec(ctx context.Context, tx pgx.Tx, c *Caller, tenant uuid.UUID, featureName string, spec feature.AppendSpec, causation string) (eventstore.Event, error) {
+	et, ok := d.reg.Event(spec.Type)
+	switch {
+	case !ok:
+		return eventstore.Event{}, newError(CodeInternal, "unknown_event", "internal error",
+			fmt.Errorf("feature %s appends undefined event %q", featureName, spec.Type))
+	case !d.reg.CanEmit(featureName, spec.Type):
+		return eventstore.Event{}, newError(CodeInternal, "foreign_event", "internal error",
+			fmt.Errorf("feature %s appends event %q of feature %s", featureName, spec.Type, et.Feature))
+	}
+	aggType := spec.AggregateType
+	if et.Entity != "" {
+		if aggType != "" && aggType != et.Entity {
+			return eventstore.Event{}, fmt.Errorf("event %s belongs to %s streams, not %s", spec.Type, et.Entity, aggType)
+		}
+		aggType = et.Entity
+		if t := d.entities[et.Entity]; t.e.SystemStream() {
+			tenant = eventstore.SystemTenant
+		}
+	}
+	if aggType == "" {
+		return eventstore.Event{}, fmt.Errorf("append %s: AggregateType is empty", spec.Type)
+	}
+	raw, err := encodeAny(spec.Payload)
+	if err != nil {
+		return eventstore.Event{}, err
+	}
+	decoded, err := d.reg.DecodePayload(spec.Type, raw)
+	if err != nil {
+		return eventstore.Event{}, err
+	}
+	if raw, err = json.Marshal(decoded); err != nil {
+		return eventstore.Event{}, err
+	}
+	cc := *c
+	if len(spec.Headers) > 0 {
+		cc.Headers = make(map[string]string, len(c.Headers)+len(spec.Headers))
+		for k, v := range c.Headers {
+			cc.Headers[k] = v
+		}
+		for k, v := range spec.Headers {
+			cc.Headers[k] = v
+		}
+	}
+	stream := eventstore.Stream{TenantID: tenant, AggregateType: aggType, AggregateID: spec.AggregateID}
+	ev, _, err := d.appendValid(ctx, tx, &cc, stream, spec.ExpectedVersion, spec.Type, raw, causation)
+	return ev, err
+}
+
+// appendValid appends one validated event and projects it; it returns the
+// stored event and, for entity streams, the entity's row afterwards.
+func (d *Dispatcher) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string) (eventstore.Event, map[string]any, error) {
+	et, _ := d.reg.Event(typ)
+	res, err := d.store.AppendTx(ctx, tx, stream, expected, eventstore.NewEvent{
+		Type: typ, EventVersion: et.Version, Payload: payload,
+		Metadata: eventstore.Metadata{
+			UserID: c.User.ID, RequestID: c.RequestID, CorrelationID: c.CorrelationID,
+			CausationID: causation, IdempotencyKey: c.IdempotencyKey, Headers: c.Headers,
+		},
+	})
+	if err != nil {
+		return eventstore.Event{}, nil, err
+	}
+	ev := res.Events[0]
+	row, err := d.project(ctx, tx, ev)
+	return ev, row, err
+}
+
+// project applies a freshly appended event inside its transaction: to the
+// entity's read row (and an automatic snapshot every SnapshotEvery events),
+// then to every inline projection fed by the stream's aggregate type.
+func (d *Dispatcher) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event) (map[string]any, error) {
+	var row map[string]any
+	if t, ok := d.entities[ev.AggregateType]; ok {
+		var err error
+		if row, err = t.apply(ctx, tx, ev); err != nil {
+			return nil, err
+		}
+		if every := t.e.SnapshotEvery(); every > 0 && ev.Version%every == 0 {
+			if err := d.snapshotEntity(ctx, tx, t, ev.TenantID, ev.AggregateID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, p := range d.reg.ProjectionsFor(ev.AggregateType) {
+		apply, ok := p.Apply(ev.Type)
+		if !ok {
+			continue
+		}
+		pc := &projectionContext{ctx: ctx, db: tx, tenant: ev.TenantID, table: d.qualify(p.Table().Name)}
+		if err := apply(pc, featureEvent(ev)); err != nil {
+			return nil, fmt.Errorf("projection %s: %s: %w", p.Name(), ev.Type, err)
+		}
+	}
+	return row, nil
+}
+
+// snapshotEntity folds the stream (from its newest snapshot) and stores the
+// state as a snapshot at the head.
+func (d *Dispatcher) snapshotEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) error {
+	state, version, err := d.loadEntity(ctx, tx, t, tenant, id)
+	if err != nil || state == nil {
+		return err
+	}
+	raw, err := json.Marshal(state)
+	if err != nil {
+		return err
+	}
+	return d.store.SaveSnapshotTx(ctx, tx, eventstore.Snapshot{
+		TenantID: tenant, AggregateID: id, AggregateType: t.e.Name(),
+		Version: version, State: raw, SnapshotVersion: t.e.SnapshotVersion(),
+	})
+}
+
+// loadEntity folds an entity stream from its newest snapshot of the current
+// generation plus the events after it; the result equals the full fold.
+func (d *Dispatcher) loadEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) (map[string]any, int, error) {
+	snap, evs, err := d.store.LoadWithSnapshotTx(ctx, tx, tenant, id, t.e.SnapshotVersion(), eventstore.LoadOptions{})
+	if err != nil {
+		return nil, 0, err
+	}
+	var state map[string]any
+	version := 0
+	if snap != nil {
+		if err := json.Unmarshal(snap.State, &state); err != nil {
+			return nil, 0, fmt.Errorf("snapshot of %s: %w", id, err)
+		}
+		version = snap.Version
+	}
+	if len(evs) > 0 {
+		if evs[0].AggregateType != t.e.Name() {
+			return nil, 0, nil
+		}
+		version = evs[len(evs)-1].Version
+	}
+	state, err = t.fold(state, evs)
+	return state, version, err
+}
+
+// encodeAny returns v as JSON: a json.RawMessage or []byte as is.
+func encodeAny(v any) (json.RawMessage, error) {
+	switch x := v.(type) {
+	case json.RawMessage:
+		return x, nil
+	case []byte:
+		return x, nil
+	case nil:
+		return json.RawMessage(`{}`), nil
+	}
+	return json.Marshal(v)
+}
+
+func featureEvent(e eventstore.Event) feature.Event {
+	return feature.Event{
+		ID: e.ID, AggregateID: e.AggregateID, AggregateType: e.AggregateType, TenantID: e.TenantID,
+		Version: e.Version, Type: e.Type, EventVersion: e.EventVersion, Payload: e.Payload,
+		Metadata: feature.Metadata(e.Metadata), CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
+	}
+}

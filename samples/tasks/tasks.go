@@ -1,0 +1,135 @@
+// Package tasks is the classic task list, written with the kumiko DSL at all
+// four levels: a CRUD entity (level 1), a domain event and the command that
+// emits it (level 2), an inline projection and a query over it (level 3), and
+// an event migration (level 4). Copy it as the start of a feature of your own.
+package tasks
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/feature"
+)
+
+// TaskCompleted is the payload of "task.completed", version 3. Version 1
+// called the user "by"; version 2 renamed it to completedBy; version 3 added
+// the note. Stored events of every version are read as version 3.
+type TaskCompleted struct {
+	CompletedBy string `json:"completedBy" validate:"required"`
+	Note        string `json:"note" validate:"max=500"`
+}
+
+// CompleteTask is the input of the "task.complete" command: the task and the
+// version the client last saw.
+type CompleteTask struct {
+	ID      uuid.UUID `json:"id" validate:"required"`
+	Version int       `json:"version" validate:"required,min=1"`
+	Note    string    `json:"note" validate:"max=500"`
+}
+
+// StatsQuery is the input of the "task.stats" query: no parameters.
+type StatsQuery struct{}
+
+// MonthStats is one row of the "task.stats" answer.
+type MonthStats struct {
+	Month     string `json:"month"`
+	Created   int64  `json:"created"`
+	Completed int64  `json:"completed"`
+}
+
+// Feature is the task list.
+var Feature = feature.Define("tasks", func(r *feature.Registrar) {
+	// Level 1: an entity with CRUD. Underneath, task.created/updated/deleted/
+	// restored events and the read_task table.
+	r.Entity("task", feature.Fields{
+		"title":    feature.Text().Required().MaxLen(200).Sortable(),
+		"done":     feature.Bool().Default(false),
+		"priority": feature.Enum("low", "normal", "high").Default("normal").Sortable(),
+		"dueAt":    feature.Timestamp().Sortable(),
+		"notes":    feature.Text().MaxLen(2000),
+	}, feature.SoftDelete())
+	r.Crud("task", feature.Access{Write: feature.Roles("Admin", "User"), Read: feature.AnyUser()})
+
+	// Level 2: a domain event and the command that emits it.
+	r.DefineEvent("task.completed", TaskCompleted{}, feature.EventVersion(3))
+	r.Command("task.complete", CompleteTask{}, feature.Roles("Admin", "User"), complete)
+
+	// Level 4: how stored task.completed events of older versions are read.
+	r.EventMigration("task.completed", 1, 2, feature.Rename("by", "completedBy"))
+	r.EventMigration("task.completed", 2, 3, feature.DefaultValue("note", ""))
+
+	// Level 3: a second read model, kept in the write transaction.
+	r.Projection("tasks_by_month", feature.InlineProjection{
+		Source: "task",
+		Table: feature.TableDef{
+			Name: "tasks_by_month",
+			Columns: []feature.Column{
+				{Name: "tenant_id", Type: "uuid", NotNull: true},
+				{Name: "month", Type: "text", NotNull: true},
+				{Name: "created", Type: "bigint", NotNull: true},
+				{Name: "completed", Type: "bigint", NotNull: true},
+			},
+			PrimaryKey: []string{"tenant_id", "month"},
+		},
+		Apply: map[string]feature.ProjectionApplyFunc{
+			"task.created":   countMonth("created"),
+			"task.completed": countMonth("completed"),
+		},
+	})
+	r.Query("task.stats", StatsQuery{}, feature.AnyUser(), stats)
+})
+
+// complete marks a task done: it refuses a stale version before writing
+// anything, refuses a task that is already done, and appends the domain
+// event plus the field change.
+func complete(ctx feature.CommandContext, in CompleteTask) (any, error) {
+	task, err := ctx.FetchForWriting(in.ID, "task", in.Version)
+	if err != nil {
+		return nil, err
+	}
+	if done, _ := task.State()["done"].(bool); done {
+		return nil, feature.Refuse("already_done", "the task is already done")
+	}
+	if err := task.Append("task.completed", TaskCompleted{CompletedBy: ctx.User().ID, Note: in.Note}); err != nil {
+		return nil, err
+	}
+	if err := task.Append("task.updated", map[string]any{"done": true}); err != nil {
+		return nil, err
+	}
+	return map[string]any{"id": in.ID, "version": task.Version()}, nil
+}
+
+// countMonth adds one to the created or completed count of the event's month.
+func countMonth(column string) feature.ProjectionApplyFunc {
+	created, completed := 0, 0
+	if column == "created" {
+		created = 1
+	} else {
+		completed = 1
+	}
+	return func(ctx feature.ProjectionContext, e feature.Event) error {
+		_, err := ctx.DB().Exec(ctx.Context(), fmt.Sprintf(`
+INSERT INTO %[1]s AS t (tenant_id, month, created, completed) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant_id, month) DO UPDATE
+	SET created = t.created + EXCLUDED.created, completed = t.completed + EXCLUDED.completed`, ctx.Table()),
+			ctx.Tenant(), month(e.CreatedAt), created, completed)
+		return err
+	}
+}
+
+func month(t time.Time) string { return t.UTC().Format("2006-01") }
+
+// stats answers the months of the caller's tenant, newest first.
+func stats(ctx feature.CommandContext, _ StatsQuery) (any, error) {
+	rows, err := ctx.QueryProjection("tasks_by_month").Rows(feature.ProjectionFilter{OrderBy: "month DESC"})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]MonthStats, len(rows))
+	for i, r := range rows {
+		out[i] = MonthStats{Month: r["month"].(string), Created: r["created"].(int64), Completed: r["completed"].(int64)}
+	}
+	return out, nil
+}
