@@ -228,9 +228,9 @@ func (cc *commandContext) newAggregate(id uuid.UUID, typ string, snap *eventstor
 	return a, nil
 }
 
-func (a *aggregate) ID() uuid.UUID          { return a.id }
-func (a *aggregate) Type() string           { return a.typ }
-func (a *aggregate) Version() int           { return a.version }
+func (a *aggregate) ID() uuid.UUID           { return a.id }
+func (a *aggregate) Type() string            { return a.typ }
+func (a *aggregate) Version() int            { return a.version }
 func (a *aggregate) Events() []feature.Event { return slices.Clone(a.events) }
 
 func (a *aggregate) State() map[string]any {

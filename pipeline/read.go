@@ -343,4 +343,3 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
-
