@@ -101,6 +101,21 @@ var notes = feature.Define("notes", func(r *feature.Registrar) {
 		_, ok2, err := ctx.TryAppendEvent(spec)
 		return []bool{ok1, ok2}, err
 	})
+	feature.HandleCommand(r, "note.archive", feature.Roles("User"), func(ctx feature.CommandContext, in historyInput) (any, error) {
+		if err := ctx.ArchiveStream(in.ID, "test"); err != nil {
+			return nil, err
+		}
+		return ctx.IsStreamArchived(in.ID)
+	})
+	feature.HandleCommand(r, "note.unarchive", feature.Roles("User"), func(ctx feature.CommandContext, in historyInput) (any, error) {
+		if err := ctx.RestoreStream(in.ID); err != nil {
+			return nil, err
+		}
+		return ctx.IsStreamArchived(in.ID)
+	})
+	feature.HandleQuery(r, "note.titles", feature.AnyUser(), func(ctx feature.CommandContext, _ struct{}) (any, error) {
+		return ctx.QueryProjection("note_titles").Count(feature.ProjectionFilter{})
+	})
 	feature.HandleQuery(r, "note.history", feature.AnyUser(), func(ctx feature.CommandContext, in historyInput) (any, error) {
 		n, err := ctx.LoadAggregate(in.ID, "note", feature.LoadOptions{})
 		if err != nil {
@@ -380,4 +395,48 @@ func TestAutomaticEntitySnapshots(t *testing.T) {
 	detail := row(t, query(t, app, alice, "counter.detail", fmt.Sprintf(`{"id":%q}`, c["id"])))
 	require.Equal(t, float64(120), detail["n"])
 	require.Equal(t, float64(13), detail["version"])
+}
+
+func TestArchiveThroughCommands(t *testing.T) {
+	t.Parallel()
+	app := newNotes(t)
+	n := write(t, app, alice, "note.create", `{"title":"x"}`)
+	id := fmt.Sprintf(`{"id":%q}`, n["id"])
+
+	_, err := app.Dispatcher.Command(ctx, bob, req("note.archive", id))
+	c, _ := code(t, err)
+	require.Equal(t, "not_found", c, "another tenant cannot archive it")
+
+	archived, err := app.Dispatcher.Command(ctx, alice, req("note.archive", id))
+	require.NoError(t, err)
+	require.Equal(t, true, archived)
+	_, err = app.Dispatcher.Write(ctx, alice, req("note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"])))
+	c, _ = code(t, err)
+	require.Equal(t, "stream_archived", c)
+	_, err = app.Dispatcher.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":"r"}`, n["id"])))
+	c, _ = code(t, err)
+	require.Equal(t, "stream_archived", c, "FetchForWriting tells archived from missing")
+
+	restored, err := app.Dispatcher.Command(ctx, alice, req("note.unarchive", id))
+	require.NoError(t, err)
+	require.Equal(t, false, restored)
+	up := write(t, app, alice, "note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"]))
+	require.Equal(t, float64(2), up["version"])
+}
+
+func TestQueryProjectionIsTenantFiltered(t *testing.T) {
+	t.Parallel()
+	app := newNotes(t)
+	write(t, app, alice, "note.create", `{"title":"a1"}`)
+	write(t, app, alice, "note.create", `{"title":"a2"}`)
+	write(t, app, bob, "note.create", `{"title":"b1"}`)
+	for caller, want := range map[string]int64{"alice": 2, "bob": 1} {
+		c := alice
+		if caller == "bob" {
+			c = bob
+		}
+		out, err := app.Dispatcher.Query(ctx, c, req("note.titles", `{}`))
+		require.NoError(t, err)
+		require.Equal(t, want, out, caller)
+	}
 }
