@@ -300,11 +300,11 @@ func TestConcurrentUpdatesOneWins(t *testing.T) {
 	app := kumikotest.NewApp(t, []*feature.Feature{notes}, kumikotest.MaxConns(writers+2))
 	n := write(t, app, alice, "note.create", `{"title":"x"}`)
 	var (
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		codes     = map[string]int{}
-		start     = make(chan struct{})
-		payload   = fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"mine"}}`, n["id"])
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		codes   = map[string]int{}
+		start   = make(chan struct{})
+		payload = fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"mine"}}`, n["id"])
 	)
 	for range writers {
 		wg.Go(func() {
