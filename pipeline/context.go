@@ -49,6 +49,7 @@ func (cc *commandContext) LoadAggregate(id uuid.UUID, aggregateType string, opts
 	if err != nil {
 		return nil, err
 	}
+	cc.d.metrics.load(aggregateType, len(evs))
 	return cc.newAggregate(id, aggregateType, nil, evs)
 }
 
@@ -79,6 +80,7 @@ func (cc *commandContext) LoadAggregateWithSnapshot(id uuid.UUID, aggregateType 
 	if err != nil {
 		return feature.Snapshot{}, nil, err
 	}
+	cc.d.metrics.load(aggregateType, len(evs))
 	var fs feature.Snapshot
 	if snap != nil {
 		if snap.AggregateType != aggregateType {

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,6 +26,10 @@ const MaxBatch = 100
 type Config struct {
 	// Logger receives what cannot be returned. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics registers the dispatcher's Prometheus series
+	// (kumiko_events_appended_total, kumiko_aggregate_load_events); nil
+	// keeps them unregistered.
+	Metrics prometheus.Registerer
 }
 
 // Dispatcher runs writes, batches, queries and commands. Build it once per
@@ -34,6 +40,7 @@ type Dispatcher struct {
 	pool     *pgxpool.Pool
 	schema   string
 	log      *slog.Logger
+	metrics  *metrics
 	entities map[string]*entityTable
 }
 
@@ -47,9 +54,13 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Dispatch
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: metrics: %w", err)
+	}
 	d := &Dispatcher{
 		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
-		entities: map[string]*entityTable{},
+		metrics: m, entities: map[string]*entityTable{},
 	}
 	for _, e := range reg.Entities() {
 		d.entities[e.Name()] = newEntityTable(d.schema, e)
@@ -69,8 +80,17 @@ type Caller struct {
 	// CorrelationID is inherited by events consumers append in reaction.
 	RequestID     string
 	CorrelationID string
-	// IdempotencyKey of the HTTP request, stored in each event's metadata.
+	// IdempotencyKey of the HTTP request, stored in each event's metadata
+	// and recorded per (tenant, user) in the write transaction: a second
+	// write with the key is refused (idempotency_conflict, reason
+	// already_applied, or key_reused when RequestHash differs) even when the
+	// HTTP layer's record of the first was lost.
 	IdempotencyKey string
+	// RequestHash fingerprints the request the key belongs to.
+	RequestHash string
+
+	// appended collects the request's events for the metrics after commit.
+	appended []eventstore.Event
 	// Headers are stored in each event's metadata.
 	Headers map[string]string
 }
@@ -90,6 +110,9 @@ func (d *Dispatcher) Write(ctx context.Context, c Caller, req Request) (any, err
 	}
 	var out any
 	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := d.recordKey(ctx, tx, &c); err != nil {
+			return err
+		}
 		var err error
 		out, err = d.execute(ctx, tx, &c, h, in)
 		return err
@@ -97,6 +120,7 @@ func (d *Dispatcher) Write(ctx context.Context, c Caller, req Request) (any, err
 	if err != nil {
 		return nil, AsError(err)
 	}
+	d.metrics.committed(c.appended)
 	return out, nil
 }
 
@@ -109,6 +133,9 @@ func (d *Dispatcher) Command(ctx context.Context, c Caller, req Request) (any, e
 	}
 	var out any
 	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := d.recordKey(ctx, tx, &c); err != nil {
+			return err
+		}
 		var err error
 		out, err = d.execute(ctx, tx, &c, h, in)
 		return err
@@ -116,6 +143,7 @@ func (d *Dispatcher) Command(ctx context.Context, c Caller, req Request) (any, e
 	if err != nil {
 		return nil, AsError(err)
 	}
+	d.metrics.committed(c.appended)
 	return out, nil
 }
 
@@ -138,6 +166,9 @@ func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any
 	out := make([]any, len(reqs))
 	failed := -1
 	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := d.recordKey(ctx, tx, &c); err != nil {
+			return err
+		}
 		for i := range reqs {
 			res, err := d.execute(ctx, tx, &c, hs[i], ins[i])
 			if err != nil {
@@ -155,6 +186,7 @@ func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any
 		}
 		return nil, e
 	}
+	d.metrics.committed(c.appended)
 	return out, nil
 }
 

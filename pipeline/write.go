@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -46,7 +47,7 @@ func (d *Dispatcher) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.
 	if err != nil {
 		return nil, err
 	}
-	ev, row, err := d.appendValid(ctx, tx, c, stream, expected, h.Verb.EventType(h.Entity), raw, "")
+	ev, row, err := d.appendValid(ctx, tx, c, stream, expected, h.Verb.EventType(h.Entity), raw, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -116,36 +117,37 @@ func (d *Dispatcher) appendSpec(ctx context.Context, tx pgx.Tx, c *Caller, tenan
 	if raw, err = json.Marshal(decoded); err != nil {
 		return eventstore.Event{}, err
 	}
-	cc := *c
-	if len(spec.Headers) > 0 {
-		cc.Headers = make(map[string]string, len(c.Headers)+len(spec.Headers))
-		for k, v := range c.Headers {
-			cc.Headers[k] = v
-		}
-		for k, v := range spec.Headers {
-			cc.Headers[k] = v
-		}
-	}
 	stream := eventstore.Stream{TenantID: tenant, AggregateType: aggType, AggregateID: spec.AggregateID}
-	ev, _, err := d.appendValid(ctx, tx, &cc, stream, spec.ExpectedVersion, spec.Type, raw, causation)
+	ev, _, err := d.appendValid(ctx, tx, c, stream, spec.ExpectedVersion, spec.Type, raw, causation, spec.Headers)
 	return ev, err
 }
 
 // appendValid appends one validated event and projects it; it returns the
 // stored event and, for entity streams, the entity's row afterwards.
-func (d *Dispatcher) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string) (eventstore.Event, map[string]any, error) {
+func (d *Dispatcher) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string, headers map[string]string) (eventstore.Event, map[string]any, error) {
 	et, _ := d.reg.Event(typ)
+	if len(headers) > 0 {
+		merged := maps.Clone(c.Headers)
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, headers)
+		headers = merged
+	} else {
+		headers = c.Headers
+	}
 	res, err := d.store.AppendTx(ctx, tx, stream, expected, eventstore.NewEvent{
 		Type: typ, EventVersion: et.Version, Payload: payload,
 		Metadata: eventstore.Metadata{
 			UserID: c.User.ID, RequestID: c.RequestID, CorrelationID: c.CorrelationID,
-			CausationID: causation, IdempotencyKey: c.IdempotencyKey, Headers: c.Headers,
+			CausationID: causation, IdempotencyKey: c.IdempotencyKey, Headers: headers,
 		},
 	})
 	if err != nil {
 		return eventstore.Event{}, nil, err
 	}
 	ev := res.Events[0]
+	c.appended = append(c.appended, ev)
 	row, err := d.project(ctx, tx, ev)
 	return ev, row, err
 }
@@ -203,6 +205,7 @@ func (d *Dispatcher) loadEntity(ctx context.Context, tx pgx.Tx, t *entityTable, 
 	if err != nil {
 		return nil, 0, err
 	}
+	d.metrics.load(t.e.Name(), len(evs))
 	var state map[string]any
 	version := 0
 	if snap != nil {

@@ -440,3 +440,61 @@ func TestQueryProjectionIsTenantFiltered(t *testing.T) {
 		require.Equal(t, want, out, caller)
 	}
 }
+
+// A keyed write applies once per (tenant, user, key), whatever happened to
+// the HTTP layer's record of it; concurrent duplicates included.
+func TestIdempotencyKeyBackstop(t *testing.T) {
+	t.Parallel()
+	const dupes = 10
+	app := kumikotest.NewApp(t, []*feature.Feature{notes}, kumikotest.MaxConns(dupes+2))
+	keyed := func(c pipeline.Caller, key, hash string) pipeline.Caller {
+		c.IdempotencyKey, c.RequestHash = key, hash
+		return c
+	}
+	write(t, app, keyed(alice, "k-1", "h-1"), "note.create", `{"title":"once"}`)
+
+	_, err := app.Dispatcher.Write(ctx, keyed(alice, "k-1", "h-1"), req("note.create", `{"title":"once"}`))
+	c, pe := code(t, err)
+	require.Equal(t, "idempotency_conflict", c)
+	require.Equal(t, "already_applied", pe.Reason)
+	_, err = app.Dispatcher.Write(ctx, keyed(alice, "k-1", "h-2"), req("note.create", `{"title":"other"}`))
+	_, pe = code(t, err)
+	require.Equal(t, "key_reused", pe.Reason)
+	_, err = app.Dispatcher.Batch(ctx, keyed(alice, "k-1", "h-1"), []pipeline.Request{req("note.create", `{"title":"once"}`)})
+	_, pe = code(t, err)
+	require.Equal(t, "already_applied", pe.Reason, "batches are keyed too")
+	require.Equal(t, 1, events(t, app))
+
+	// The same key of another user or tenant is another request.
+	write(t, app, keyed(bob, "k-1", "h-1"), "note.create", `{"title":"bob's"}`)
+	carol := kumikotest.User(tenantA, "carol", "User")
+	write(t, app, keyed(carol, "k-1", "h-1"), "note.create", `{"title":"carol's"}`)
+	require.Equal(t, 3, events(t, app))
+
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		wins  int
+		start = make(chan struct{})
+	)
+	for range dupes {
+		wg.Go(func() {
+			<-start
+			_, err := app.Dispatcher.Write(ctx, keyed(alice, "k-2", "h"), req("note.create", `{"title":"race"}`))
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				wins++
+				return
+			}
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Reason != "already_applied" {
+				t.Errorf("duplicate: %v", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.Equal(t, 1, wins)
+	require.Equal(t, 4, events(t, app))
+}

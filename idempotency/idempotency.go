@@ -1,0 +1,73 @@
+// Package idempotency makes a keyed HTTP write run once: the first response
+// to an Idempotency-Key is recorded and replayed to every retry with the same
+// key and request, a concurrent duplicate is told the request is in progress,
+// and the same key with a different request is refused.
+//
+// A [Store] keeps the records: [NewRedisStore] for production (go-redis),
+// [NewMemoryStore] for development and tests in one process. Both pass the
+// conformance suite in package idempotencytest. The store is a fast path;
+// the pipeline also records each key in the write transaction, so a retry
+// whose record was lost (Redis flushed) can still never apply twice.
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Defaults of the store configurations.
+const (
+	// DefaultTTL is how long a completed response is replayed.
+	DefaultTTL = 24 * time.Hour
+	// DefaultLockTTL is how long a claim lives without Complete or Release:
+	// a process that dies mid-request frees the key after this.
+	DefaultLockTTL = 30 * time.Second
+)
+
+// Errors of Claim. Backend failures are returned wrapped in ErrUnavailable.
+var (
+	// ErrInProgress: another request holds the key and has not completed.
+	ErrInProgress = errors.New("idempotency: request in progress")
+	// ErrKeyReused: the key belongs to a request with another fingerprint.
+	ErrKeyReused = errors.New("idempotency: key reused with a different request")
+	// ErrUnavailable: the store cannot be reached.
+	ErrUnavailable = errors.New("idempotency: store unavailable")
+)
+
+// Key identifies a request: the same key sent by another user or tenant is a
+// different request.
+type Key struct {
+	Tenant string
+	User   string
+	Key    string
+}
+
+// Response is what the first request answered, replayed to retries.
+type Response struct {
+	Status      int    `json:"status"`
+	ContentType string `json:"contentType,omitempty"`
+	Body        []byte `json:"body"`
+}
+
+// Store records idempotent requests. Implementations are safe for concurrent
+// use across processes sharing the backend.
+type Store interface {
+	// Claim reserves key for the request whose fingerprint (a hash of
+	// method, path and body) is given. It returns
+	//   - (nil, nil) when the caller now owns the key and must Complete or
+	//     Release it;
+	//   - (resp, nil) when the key completed with the same fingerprint:
+	//     replay resp;
+	//   - ErrInProgress when another request holds it with the same
+	//     fingerprint;
+	//   - ErrKeyReused when the key is held or completed for another
+	//     fingerprint;
+	//   - an error wrapping ErrUnavailable when the backend fails.
+	Claim(ctx context.Context, key Key, fingerprint string) (*Response, error)
+	// Complete records the response of the claimed key, replayed for the TTL.
+	Complete(ctx context.Context, key Key, fingerprint string, resp Response) error
+	// Release gives up a claim without a response (the request failed in a
+	// way a retry may fix), so the next Claim owns the key.
+	Release(ctx context.Context, key Key, fingerprint string) error
+}
