@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
@@ -106,13 +109,18 @@ func (d *Dispatcher) planList(c *Caller, t *entityTable, in registry.ListInput) 
 		}
 	}
 	if in.Cursor != "" {
+		var cur listCursor
 		raw, err := base64.RawURLEncoding.DecodeString(in.Cursor)
 		if err == nil {
-			err = json.Unmarshal(raw, &p.cursor)
+			err = json.Unmarshal(raw, &cur)
 		}
-		if err != nil || len(p.cursor) != len(p.keys) {
+		if err == nil {
+			err = p.checkCursor(cur)
+		}
+		if err != nil {
 			return nil, newError(CodeValidation, "invalid_cursor", "the cursor does not belong to this list", err)
 		}
+		p.cursor = cur.Values
 	}
 	return p, nil
 }
@@ -126,13 +134,70 @@ func (t *entityTable) checkRead(u feature.User, field string) *Error {
 	return nil
 }
 
-func (p *listPlan) cursorOf(row map[string]any) string {
-	vals := make([]any, len(p.keys))
+// listCursor is the position after a page: the ordering it belongs to and
+// the values of its keys in the page's last row.
+type listCursor struct {
+	Order  string `json:"o"`
+	Values []any  `json:"v"`
+}
+
+// order names the plan's ordering, so a cursor of another ordering is refused.
+func (p *listPlan) order() string {
+	parts := make([]string, len(p.keys))
 	for i, k := range p.keys {
-		vals[i] = row[k.field]
+		parts[i] = k.field
+		if k.desc {
+			parts[i] = "-" + k.field
+		}
 	}
-	raw, _ := json.Marshal(vals)
+	return strings.Join(parts, ",")
+}
+
+func (p *listPlan) cursorOf(row map[string]any) string {
+	cur := listCursor{Order: p.order(), Values: make([]any, len(p.keys))}
+	for i, k := range p.keys {
+		cur.Values[i] = row[k.field]
+	}
+	raw, _ := json.Marshal(cur)
 	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// checkCursor refuses a cursor of another ordering or with values its keys'
+// columns cannot hold: they would reach SQL otherwise.
+func (p *listPlan) checkCursor(cur listCursor) error {
+	if cur.Order != p.order() || len(cur.Values) != len(p.keys) {
+		return errors.New("the cursor belongs to another ordering")
+	}
+	for i, k := range p.keys {
+		v := cur.Values[i]
+		if v == nil {
+			if k.field == "id" {
+				return errors.New("the cursor has no id")
+			}
+			continue
+		}
+		ok := false
+		switch k.typ {
+		case "uuid":
+			s, isStr := v.(string)
+			_, err := uuid.Parse(s)
+			ok = isStr && err == nil
+		case "timestamptz":
+			s, isStr := v.(string)
+			_, err := time.Parse(time.RFC3339Nano, s)
+			ok = isStr && err == nil
+		case "numeric":
+			_, ok = v.(float64)
+		case "boolean":
+			_, ok = v.(bool)
+		case "text":
+			_, ok = v.(string)
+		}
+		if !ok {
+			return fmt.Errorf("cursor value %d does not fit %s", i, k.field)
+		}
+	}
+	return nil
 }
 
 // list reads a page of the caller's tenant's rows with keyset pagination:
@@ -192,6 +257,9 @@ func (d *Dispatcher) listRows(ctx context.Context, c *Caller, t *entityTable, in
 		// nothing strictly after it, and every null comes after a value.
 		var ors []string
 		for i, k := range p.keys {
+			if p.cursor[i] == nil {
+				continue // nothing sorts strictly after a null
+			}
 			var and []string
 			for j := range i {
 				kj := p.keys[j]
@@ -200,9 +268,6 @@ func (d *Dispatcher) listRows(ctx context.Context, c *Caller, t *entityTable, in
 				} else {
 					and = append(and, kj.col+" = "+arg(p.cursor[j], kj.typ))
 				}
-			}
-			if p.cursor[i] == nil {
-				continue
 			}
 			op := ">"
 			if k.desc {

@@ -294,16 +294,16 @@ func (c *codec) decodeList(obj map[string]any) (any, []FieldError) {
 			in.Filter = map[string]any{}
 			for _, name := range slices.Sorted(maps.Keys(f)) {
 				path := joinKey("filter", name)
-				if f[name] == nil {
-					in.Filter[name] = nil
-					continue
-				}
 				spec, ok := e.def.Fields[name]
 				if name == "id" {
 					spec, ok = feature.FieldSpec{Type: feature.TypeUUID}, true
 				}
 				if !ok {
 					fail(path, "unknown_field", "is not a field of "+e.name)
+					continue
+				}
+				if f[name] == nil {
+					in.Filter[name] = nil
 					continue
 				}
 				spec.MaxLen = 0 // a filter value may be anything the column could hold
