@@ -8,7 +8,10 @@
 //   - batch append of 100 events (one stream, and 100 streams × 1 event)
 //     against one multi-row INSERT … SELECT FROM unnest(…);
 //   - load of a 100- and a 10,000-event stream with and without snapshots
-//     against the equivalent SELECT scanned into the same Go types.
+//     against the equivalent SELECT scanned into the same Go types;
+//   - Dispatcher.Write of a CRUD create (event + read row, and the tasks
+//     sample's inline projection) at 1 and 16 writers against one raw
+//     transaction doing the same inserts.
 //
 // Each comparison warms both sides up, then runs them in alternating rounds
 // for -duration in total per side, so both see the same machine state. The
@@ -143,7 +146,7 @@ func run(cfg config) error {
 	}
 
 	var rows []row
-	for _, group := range []func(context.Context) ([]row, error){b.appendRows, b.batchRows, b.loadRows} {
+	for _, group := range []func(context.Context) ([]row, error){b.appendRows, b.batchRows, b.loadRows, b.pipelineRows} {
 		rs, err := group(ctx)
 		rows = append(rows, rs...)
 		if err != nil {
