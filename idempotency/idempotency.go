@@ -51,7 +51,8 @@ type Response struct {
 }
 
 // Store records idempotent requests. Implementations are safe for concurrent
-// use across processes sharing the backend.
+// use across processes sharing the backend, and every method returns backend
+// failures wrapped in ErrUnavailable.
 type Store interface {
 	// Claim reserves key for the request whose fingerprint (a hash of
 	// method, path and body) is given. It returns
@@ -64,10 +65,24 @@ type Store interface {
 	//   - ErrKeyReused when the key is held or completed for another
 	//     fingerprint;
 	//   - an error wrapping ErrUnavailable when the backend fails.
+	//
+	// A claim neither completed nor released expires after the store's lock
+	// TTL, freeing the key for any request.
 	Claim(ctx context.Context, key Key, fingerprint string) (*Response, error)
-	// Complete records the response of the claimed key, replayed for the TTL.
+	// Complete records the response of the claimed key, replayed for the
+	// store's TTL (counted from Complete, not from Claim). It never touches
+	// a record of another fingerprint: it returns ErrKeyReused when another
+	// request holds or completed the key. A key already completed for
+	// fingerprint keeps its first response (nil is returned). When the claim
+	// expired and nobody holds the key, the response is still recorded, so
+	// retries replay it instead of running again.
 	Complete(ctx context.Context, key Key, fingerprint string, resp Response) error
 	// Release gives up a claim without a response (the request failed in a
-	// way a retry may fix), so the next Claim owns the key.
+	// way a retry may fix), so the next Claim owns the key. Only a pending
+	// claim of fingerprint is removed: a completed record or another
+	// request's claim is left alone, and nil returned. Fingerprints are the
+	// only identity, so a request whose claim expired and was claimed again
+	// by a retry of the same request releases the retry's claim; the record
+	// the write transaction keeps still stops a second apply.
 	Release(ctx context.Context, key Key, fingerprint string) error
 }
