@@ -77,37 +77,52 @@ func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend
 	if err != nil {
 		return nil, err
 	}
-	var rows pgx.Rows
-	if len(a.versions) == 1 {
-		rows, err = q.Query(ctx, s.sql.appendOne, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
-			a.types[0], a.eventVersions[0], a.payloads[0], a.metas[0], a.users[0])
-	} else {
-		rows, err = q.Query(ctx, s.sql.appendMany, a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
-			a.types, a.eventVersions, a.payloads, a.metas, a.users, a.aggIDs, a.tenants, a.expected)
-	}
-	if err != nil {
-		return nil, s.appendFailed(ctx, q, batch, err)
-	}
 	type written struct {
 		id        int64
 		aggID     uuid.UUID
 		version   int
 		createdAt time.Time
 	}
-	ws := make([]written, 0, len(a.versions))
-	for rows.Next() {
-		var w written
-		if err := rows.Scan(&w.id, (*[16]byte)(&w.aggID), &w.version, &w.createdAt); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("append: scan: %w", err)
+	var ws []written
+	if len(a.versions) == 1 {
+		// One event: the common case, without arrays, scanning one row.
+		w := written{aggID: uuid.UUID(a.evAggIDs[0]), version: int(a.versions[0])}
+		var row pgx.Row
+		if w.version == 1 {
+			row = q.QueryRow(ctx, s.sql.appendNew, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0],
+				a.types[0], a.eventVersions[0], a.payloads[0], a.metas[0], a.users[0])
+		} else {
+			row = q.QueryRow(ctx, s.sql.appendNext, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
+				a.types[0], a.eventVersions[0], a.payloads[0], a.metas[0], a.users[0])
+		}
+		switch err := row.Scan(&w.id, &w.createdAt); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil, s.appendFailed(ctx, q, batch, nil)
+		case err != nil:
+			return nil, s.appendFailed(ctx, q, batch, err)
 		}
 		ws = append(ws, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.appendFailed(ctx, q, batch, err)
-	}
-	if len(ws) == 0 {
-		return nil, s.appendFailed(ctx, q, batch, nil)
+	} else {
+		rows, err := q.Query(ctx, s.sql.appendMany, a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
+			a.types, a.eventVersions, a.payloads, a.metas, a.users, a.aggIDs, a.tenants, a.expected)
+		if err != nil {
+			return nil, s.appendFailed(ctx, q, batch, err)
+		}
+		ws = make([]written, 0, len(a.versions))
+		for rows.Next() {
+			var w written
+			if err := rows.Scan(&w.id, (*[16]byte)(&w.aggID), &w.version, &w.createdAt); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("append: scan: %w", err)
+			}
+			ws = append(ws, w)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, s.appendFailed(ctx, q, batch, err)
+		}
+		if len(ws) == 0 {
+			return nil, s.appendFailed(ctx, q, batch, nil)
+		}
 	}
 	if len(ws) != len(a.versions) {
 		return nil, fmt.Errorf("append: wrote %d events, expected %d", len(ws), len(a.versions))

@@ -8,7 +8,8 @@ import (
 
 // queries holds every SQL statement of the store, qualified with its schema.
 type queries struct {
-	appendOne, appendMany, streamHead         string
+	appendNew, appendNext, appendMany         string
+	streamHead                                string
 	load, readAll                             string
 	loadSnapshot, loadAfterSnapshot, saveSnap string
 	archive, restore, isArchived              string
@@ -32,15 +33,19 @@ func newQueries(schema string) queries {
 		// an n+1 that exists, including one a concurrent writer inserted
 		// first, so only "n exists for this tenant" and "not archived" are
 		// checked here. A new stream needs neither check: an archived or
-		// foreign stream already has a version 1. Scalar parameters keep the
-		// single-event statement's plan cached.
-		appendOne: r.Replace(`
+		// foreign stream already has a version 1. The two single-event
+		// statements are separate so each keeps a cached generic plan.
+		appendNew: r.Replace(`
+INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
+VALUES ($1, $2, $3, 1, $4, $5, $6::jsonb, $7::jsonb, $8)
+RETURNING id, created_at`),
+
+		appendNext: r.Replace(`
 INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
 SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9
-WHERE $4 = 1 OR (
-	EXISTS (SELECT 1 FROM {events} e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
-	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1))
-RETURNING id, aggregate_id, version, created_at`),
+WHERE EXISTS (SELECT 1 FROM {events} e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
+	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1)
+RETURNING id, created_at`),
 
 		// Many events of one or many streams, all or none.
 		appendMany: r.Replace(`

@@ -247,7 +247,7 @@ func (d *Dispatcher) gate(c Caller, req Request, kinds ...feature.HandlerKind) (
 // write. Defaults the caller did not send are not the caller's writes.
 func (d *Dispatcher) checkFieldWrite(u feature.User, h registry.Handler, raw json.RawMessage, in any) *Error {
 	t := d.entities[h.Entity]
-	if t == nil {
+	if t == nil || !t.writeRoles {
 		return nil
 	}
 	var sent []string

@@ -26,6 +26,8 @@ type entityTable struct {
 	specs  map[string]feature.FieldSpec
 	cols   map[string]string // field name → column
 	soft   bool
+	// writeRoles reports whether any field restricts who may write it.
+	writeRoles bool
 	// selectList is every column a row read returns, in scan order.
 	selectList string
 	insert     string
@@ -46,6 +48,7 @@ func newEntityTable(schema string, e *registry.Entity) *entityTable {
 	for i, f := range t.fields {
 		spec, _ := e.Field(f)
 		t.specs[f] = spec
+		t.writeRoles = t.writeRoles || len(spec.WriteRoles) > 0
 		col := pgx.Identifier{feature.ColumnName(f)}.Sanitize()
 		t.cols[f] = col
 		sel = append(sel, col)
@@ -57,8 +60,7 @@ func newEntityTable(schema string, e *registry.Entity) *entityTable {
 		sel = append(sel, "deleted_at")
 	}
 	t.selectList = strings.Join(sel, ", ")
-	t.insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s",
-		t.table, strings.Join(insCols, ", "), strings.Join(insVals, ", "), t.selectList)
+	t.insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", t.table, strings.Join(insCols, ", "), strings.Join(insVals, ", "))
 	return t
 }
 
@@ -83,7 +85,11 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 		for _, f := range t.fields {
 			args = append(args, toText(fields[f]))
 		}
-		sql = t.insert
+		if _, err := db.Exec(ctx, t.insert, args...); err != nil {
+			return nil, fmt.Errorf("%s: apply %s: %w", t.table, ev.Type, err)
+		}
+		// The new row is exactly the fold of its first event.
+		return t.fold(nil, []eventstore.Event{ev})
 	case feature.VerbUpdate.EventType(name):
 		changes, err := decodeFields(ev.Payload)
 		if err != nil {
