@@ -14,9 +14,8 @@ services: ## Start PostgreSQL and Redis when they are not running
 	@bash scripts/services.sh
 
 .PHONY: run
-run: services ## Migrate the local database and show what is there
-	$(GO) run ./cmd/kumiko migrate
-	@echo "The event store is ready in $${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}."
+run: services ## Serve the task-list sample on :8080 (prints a dev token and a request to try)
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) run ./samples/tasks/cmd/tasks serve
 
 .PHONY: test
 test: services ## Run the whole suite against real PostgreSQL and Redis

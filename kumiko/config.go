@@ -1,0 +1,138 @@
+// Package kumiko is the facade an application's main uses: [Config],
+// [BuildServer] (wired with go.uber.org/fx), [App] with Start and Stop, the
+// fx [Module] for applications that compose their own fx graph, and [Main],
+// the command line of an app binary.
+//
+// Every part it wires is also constructible by hand, without fx:
+// eventstore.New, registry.Build, pipeline.New, idempotency.NewRedisStore or
+// NewMemoryStore, and http.NewServer.
+package kumiko
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// SharedInstanceID is the instance id of shared consumer state; no process
+// may use it as its own.
+const SharedInstanceID = "__shared__"
+
+// Config configures a server. The zero value is not enough on its own:
+// DatabaseURL and JWTSecret must be set (Main fills them from the
+// environment, with development defaults).
+type Config struct {
+	// Name of the application, used in logs and for the development
+	// database Main creates. Default "kumiko".
+	Name string
+	// DatabaseURL of PostgreSQL (postgres:// URL). Required.
+	DatabaseURL string
+	// Schema holding the kumiko tables and read tables. Default "public".
+	Schema string
+	// MaxConns of the database pool. Default 20.
+	MaxConns int32
+	// RedisURL of the idempotency store (redis:// URL). Empty: an in-memory
+	// store serves, which is right for one process only (logged).
+	RedisURL string
+	// IdempotencyFailOpen lets keyed writes run without idempotency while
+	// Redis is down instead of answering 503.
+	IdempotencyFailOpen bool
+	// Addr the HTTP server listens on. Default ":8080".
+	Addr string
+	// JWTSecret verifies HS256 bearer tokens. Required, at least 32 bytes.
+	JWTSecret string
+	// InstanceID names this process among the app's processes (consumer
+	// state, metrics). Default: a random UUID, with a warning.
+	InstanceID string
+	// ShutdownTimeout bounds a graceful stop. Default 15s.
+	ShutdownTimeout time.Duration
+	// Logger for everything the server logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with every zero field that has a default
+// set to it.
+func (c Config) WithDefaults() Config {
+	if c.Name == "" {
+		c.Name = "kumiko"
+	}
+	if c.Schema == "" {
+		c.Schema = "public"
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 20
+	}
+	if c.Addr == "" {
+		c.Addr = ":8080"
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// resolveInstanceID returns c with an instance id: the configured one, else
+// a random UUID, with a warning, since consumer state and metrics keyed by a
+// random id do not survive a restart.
+func (c Config) resolveInstanceID() Config {
+	if c.InstanceID == "" {
+		c.InstanceID = uuid.NewString()
+		c.Logger.Warn("kumiko: no instance id configured; using a random one (set Config.InstanceID or KUMIKO_INSTANCE_ID)",
+			"instance_id", c.InstanceID)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("Config.DatabaseURL is required"))
+	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		errs = append(errs, errors.New("Config.DatabaseURL must be a postgres:// URL"))
+	}
+	if c.RedisURL != "" {
+		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			errs = append(errs, errors.New("Config.RedisURL must be a redis:// or rediss:// URL"))
+		}
+	}
+	if len(c.JWTSecret) < 32 {
+		errs = append(errs, errors.New("Config.JWTSecret is required and must be at least 32 bytes"))
+	}
+	if c.InstanceID == SharedInstanceID {
+		errs = append(errs, fmt.Errorf("Config.InstanceID %q is reserved", SharedInstanceID))
+	}
+	if c.MaxConns < 2 {
+		errs = append(errs, errors.New("Config.MaxConns must be at least 2"))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, errors.New("Config.ShutdownTimeout must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// FromEnv fills the zero fields of c from the environment: DATABASE_URL,
+// REDIS_URL, KUMIKO_JWT_SECRET, KUMIKO_ADDR, KUMIKO_SCHEMA and
+// KUMIKO_INSTANCE_ID. Only Main and commands call it; the library never reads
+// the environment.
+func (c Config) FromEnv() Config {
+	set := func(field *string, env string) {
+		if *field == "" {
+			*field = os.Getenv(env)
+		}
+	}
+	set(&c.DatabaseURL, "DATABASE_URL")
+	set(&c.RedisURL, "REDIS_URL")
+	set(&c.JWTSecret, "KUMIKO_JWT_SECRET")
+	set(&c.Addr, "KUMIKO_ADDR")
+	set(&c.Schema, "KUMIKO_SCHEMA")
+	set(&c.InstanceID, "KUMIKO_INSTANCE_ID")
+	return c
+}

@@ -1,0 +1,153 @@
+package kumiko_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/kumiko"
+	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/samples/tasks"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const secret = "a-test-secret-that-is-long-enough-for-hs256"
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	cases := map[string]kumiko.Config{
+		"Config.DatabaseURL is required":   {JWTSecret: secret},
+		"Config.DatabaseURL must be":       {DatabaseURL: "mysql://x", JWTSecret: secret},
+		"Config.JWTSecret":                 {DatabaseURL: "postgres://x/y"},
+		"Config.RedisURL":                  {DatabaseURL: "postgres://x/y", JWTSecret: secret, RedisURL: "http://x"},
+		`Config.InstanceID "__shared__"`:   {DatabaseURL: "postgres://x/y", JWTSecret: secret, InstanceID: "__shared__"},
+		"Config.MaxConns must be at least": {DatabaseURL: "postgres://x/y", JWTSecret: secret, MaxConns: 1},
+	}
+	for want, cfg := range cases {
+		_, err := kumiko.BuildServer(context.Background(), cfg, tasks.Feature)
+		require.ErrorContains(t, err, want)
+	}
+}
+
+// The server built with fx serves the sample, then stops gracefully.
+func TestBuildServerStartStop(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	app, err := kumiko.BuildServer(ctx, kumiko.Config{
+		DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret, Addr: "127.0.0.1:0", InstanceID: "test-1",
+	}, tasks.Feature)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	base := "http://" + app.Addr()
+
+	resp, err := http.Get(base + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	token, err := khttp.IssueToken([]byte(secret), "u-1", "01900000-0000-7000-8000-000000000001", []string{"User"}, time.Minute)
+	require.NoError(t, err)
+	body := post(t, base+"/api/write", token, `{"type":"task.create","payload":{"title":"via fx"}}`, http.StatusOK)
+	require.Contains(t, body, `"title":"via fx"`)
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM read_task"))
+	require.Same(t, app.Parts().Store, app.Parts().Store)
+	require.NotNil(t, app.Parts().Dispatcher)
+
+	require.NoError(t, app.Stop(ctx))
+	_, err = http.Get(base + "/healthz")
+	require.Error(t, err, "stopped servers do not answer")
+}
+
+func TestStartFailsClearlyWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	app, err := kumiko.BuildServer(context.Background(), kumiko.Config{
+		DatabaseURL: "postgres://postgres@127.0.0.1:1/none?connect_timeout=2", JWTSecret: secret, Addr: "127.0.0.1:0", InstanceID: "t",
+	}, tasks.Feature)
+	require.NoError(t, err)
+	err = app.Start(context.Background())
+	require.ErrorContains(t, err, "database unreachable")
+}
+
+func post(t *testing.T, url, token, body string, want int) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	require.Equal(t, want, resp.StatusCode, string(out))
+	return string(out)
+}
+
+// The sample binary, as `make run` starts it: development defaults, a printed
+// token and request that work as printed, /healthz, and a clean exit on
+// SIGTERM.
+func TestSampleBinaryServes(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	bin := filepath.Join(t.TempDir(), "tasks")
+	build := exec.Command("go", "build", "-o", bin, "github.com/kumiko-go/kumiko/samples/tasks/cmd/tasks")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "KUMIKO_SCHEMA="+db.Schema, "KUMIKO_ADDR=127.0.0.1:0",
+		"KUMIKO_JWT_SECRET=", "REDIS_URL=", "KUMIKO_INSTANCE_ID=sample-test")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	var printed strings.Builder
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		printed.WriteString(lines.Text() + "\n")
+		if strings.HasPrefix(lines.Text(), "curl ") {
+			lines.Scan()
+			printed.WriteString(lines.Text() + "\n")
+			break
+		}
+	}
+	out := printed.String()
+	addr := regexp.MustCompile(`ready on http://(\S+)`).FindStringSubmatch(out)
+	require.NotNil(t, addr, "startup output:\n%s\nstderr:\n%s", out, stderr.String())
+	token := regexp.MustCompile(`export TOKEN=(\S+)`).FindStringSubmatch(out)
+	require.NotNil(t, token, out)
+	payload := regexp.MustCompile(`-d '(.*)'`).FindStringSubmatch(out)
+	require.NotNil(t, payload, out)
+
+	resp, err := http.Get("http://" + addr[1] + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	body := post(t, "http://"+addr[1]+"/api/write", token[1], payload[1], http.StatusOK)
+	var created struct{ Data map[string]any }
+	require.NoError(t, json.Unmarshal([]byte(body), &created))
+	require.Equal(t, float64(1), created.Data["version"])
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), "a graceful stop exits 0; stderr:\n%s", stderr.String())
+}

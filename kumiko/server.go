@@ -1,0 +1,226 @@
+package kumiko
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// Parts are the wired components of a server, for tools and tests.
+type Parts struct {
+	Config      Config
+	Pool        *pgxpool.Pool
+	Store       *eventstore.Store
+	Registry    *registry.Registry
+	Dispatcher  *pipeline.Dispatcher
+	Idempotency idempotency.Store
+	HTTP        *khttp.Server
+	Metrics     *prometheus.Registry
+}
+
+// App is a built server. Start opens the database (migrating it and creating
+// read tables) and starts listening; Stop drains requests and closes
+// everything, in reverse order.
+type App struct {
+	app   *fx.App
+	parts Parts
+	addr  *listenAddr
+}
+
+// listenAddr is the address the server bound, known once it started.
+type listenAddr struct {
+	mu   sync.Mutex
+	addr string
+}
+
+func (l *listenAddr) set(a string) { l.mu.Lock(); l.addr = a; l.mu.Unlock() }
+func (l *listenAddr) get() string  { l.mu.Lock(); defer l.mu.Unlock(); return l.addr }
+
+// BuildServer validates cfg, compiles the features and wires the server. It
+// does not touch the network: that happens in Start.
+func BuildServer(ctx context.Context, cfg Config, features ...*feature.Feature) (*App, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("kumiko: %w", err)
+	}
+	cfg = cfg.resolveInstanceID()
+	a := &App{}
+	a.app = fx.New(
+		fx.WithLogger(func() fxevent.Logger {
+			l := &fxevent.SlogLogger{Logger: cfg.Logger.With("component", "fx")}
+			l.UseLogLevel(slog.LevelDebug) // wiring details; failures still log as errors
+			return l
+		}),
+		Module(ctx, cfg, features...),
+		fx.Populate(&a.addr, &a.parts.Config, &a.parts.Pool, &a.parts.Store, &a.parts.Registry, &a.parts.Dispatcher,
+			&a.parts.Idempotency, &a.parts.HTTP, &a.parts.Metrics),
+	)
+	if err := a.app.Err(); err != nil {
+		return nil, fmt.Errorf("kumiko: %w", err)
+	}
+	return a, nil
+}
+
+// Start connects, migrates, creates read tables and starts serving.
+func (a *App) Start(ctx context.Context) error { return a.app.Start(ctx) }
+
+// Stop shuts the HTTP server down gracefully, then closes the stores.
+func (a *App) Stop(ctx context.Context) error { return a.app.Stop(ctx) }
+
+// Addr is the address the HTTP server listens on, once started.
+func (a *App) Addr() string { return a.addr.get() }
+
+// Parts returns the wired components.
+func (a *App) Parts() Parts { return a.parts }
+
+// Module is the fx module of a kumiko server, for applications that build
+// their own fx graph. It provides the Config, the pool, the event store, the
+// registry, the dispatcher, the idempotency store, the Prometheus registry
+// and the HTTP server, and hooks their start and stop into the lifecycle.
+// cfg must already be validated (BuildServer does that).
+func Module(ctx context.Context, cfg Config, features ...*feature.Feature) fx.Option {
+	return fx.Module("kumiko",
+		fx.Supply(cfg, features, buildContext{ctx}),
+		fx.Provide(
+			func() *listenAddr { return &listenAddr{} },
+			newMetrics,
+			newRegistry,
+			newPool,
+			newStore,
+			newDispatcher,
+			newIdempotency,
+			newHTTP,
+		),
+		fx.Invoke(serve),
+	)
+}
+
+func newMetrics() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+func newRegistry(features []*feature.Feature) (*registry.Registry, error) {
+	return registry.Build(features...)
+}
+
+// buildContext is the context BuildServer was called with.
+type buildContext struct{ context.Context }
+
+func newPool(lc fx.Lifecycle, ctx buildContext, cfg Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("Config.DatabaseURL: %w", err)
+	}
+	pc.MaxConns = cfg.MaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, pc) // lazy: connects on first use
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StopHook(pool.Close))
+	return pool, nil
+}
+
+func newStore(lc fx.Lifecycle, cfg Config, pool *pgxpool.Pool, reg *registry.Registry) (*eventstore.Store, error) {
+	store, err := eventstore.New(pool, eventstore.Config{Schema: cfg.Schema, Upcaster: reg, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			if err := pool.Ping(ctx); err != nil {
+				return fmt.Errorf("database unreachable: %w", err)
+			}
+			applied, err := store.Migrate(ctx)
+			if err != nil {
+				return err
+			}
+			if len(applied) > 0 {
+				cfg.Logger.Info("kumiko: migrated the event store", "schema", cfg.Schema, "applied", applied)
+			}
+			return nil
+		},
+		OnStop: func(context.Context) error { store.Close(); return nil },
+	})
+	return store, nil
+}
+
+func newDispatcher(lc fx.Lifecycle, cfg Config, reg *registry.Registry, store *eventstore.Store, metrics *prometheus.Registry) (*pipeline.Dispatcher, error) {
+	d, err := pipeline.New(reg, store, pipeline.Config{Logger: cfg.Logger, Metrics: metrics})
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StartHook(d.EnsureSchema))
+	return d, nil
+}
+
+func newIdempotency(lc fx.Lifecycle, cfg Config) (idempotency.Store, error) {
+	if cfg.RedisURL == "" {
+		cfg.Logger.Info("kumiko: no REDIS_URL; idempotency records live in this process only")
+		return idempotency.NewMemoryStore(idempotency.MemoryConfig{}), nil
+	}
+	opts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("Config.RedisURL: %w", err)
+	}
+	client := redis.NewClient(opts)
+	lc.Append(fx.StopHook(client.Close))
+	return idempotency.NewRedisStore(client, idempotency.RedisConfig{}), nil
+}
+
+func newHTTP(cfg Config, d *pipeline.Dispatcher, store *eventstore.Store, pool *pgxpool.Pool, idem idempotency.Store, metrics *prometheus.Registry) (*khttp.Server, error) {
+	return khttp.NewServer(khttp.Config{
+		JWTSecret:           []byte(cfg.JWTSecret),
+		Idempotency:         idem,
+		IdempotencyFailOpen: cfg.IdempotencyFailOpen,
+		Logger:              cfg.Logger,
+		Metrics:             metrics,
+		Gatherer:            metrics,
+		Ready:               pool.Ping,
+	}, d, store)
+}
+
+// serve starts listening after everything else started and stops first.
+func serve(lc fx.Lifecycle, cfg Config, srv *khttp.Server, addr *listenAddr) {
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10e9}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
+			if err != nil {
+				return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+			}
+			addr.set(ln.Addr().String())
+			go func() {
+				if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					cfg.Logger.Error("kumiko: http server stopped", "err", err)
+				}
+			}()
+			cfg.Logger.Info("kumiko: serving", "addr", ln.Addr().String(), "instance_id", cfg.InstanceID)
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
+			defer cancel()
+			return hs.Shutdown(ctx)
+		},
+	})
+}
