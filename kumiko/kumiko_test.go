@@ -148,6 +148,26 @@ func TestSampleBinaryServes(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &created))
 	require.Equal(t, float64(1), created.Data["version"])
 
+	// The README's session, request by request.
+	base, id := "http://"+addr[1], created.Data["id"].(string)
+	body = post(t, base+"/api/write", token[1], `{"type":"task.update","payload":{"id":"`+id+`","version":1,"changes":{"priority":"high"}}}`, http.StatusOK)
+	require.Contains(t, body, `"priority":"high"`)
+	require.Contains(t, body, `"version":2`)
+	body = post(t, base+"/api/write", token[1], `{"type":"task.update","payload":{"id":"`+id+`","version":1,"changes":{"title":"stale"}}}`, http.StatusConflict)
+	require.Contains(t, body, `"details":{"currentVersion":2,"expectedVersion":1}`)
+	body = post(t, base+"/api/query", token[1], `{"type":"task.list","payload":{"limit":10}}`, http.StatusOK)
+	require.Contains(t, body, `"nextCursor":""`)
+	req, err := http.NewRequest(http.MethodGet, base+"/api/inspect/task/"+id, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token[1])
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	inspect, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(inspect), `"type":"task.created"`)
+	require.Contains(t, string(inspect), `"type":"task.updated"`)
+
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), "a graceful stop exits 0; stderr:\n%s", stderr.String())
 }
