@@ -1,0 +1,171 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+// idempotent is the middleware of keyed writes. Without an Idempotency-Key
+// it does nothing. With one (and an authenticated caller) the key and the
+// request's fingerprint go into the pipeline caller, and, when a store is
+// configured, the request runs once per (tenant, user, key): a retry
+// replays the first response with Idempotent-Replayed: true, a concurrent
+// duplicate waits up to IdempotencyWait and then answers 409
+// request_in_progress, and the key sent with another request answers 422
+// key_reused. 2xx and 4xx responses are recorded; a 5xx releases the key so
+// a retry runs again.
+//
+// Keys of anonymous callers are ignored: there is no principal to scope
+// them to, and a key space shared by every anonymous client would let one
+// client's request collide with another's.
+func (s *Server) idempotent(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		values := req.Header.Values(HeaderIdempotencyKey)
+		if len(values) == 0 {
+			return next(c)
+		}
+		key := values[0]
+		if len(values) > 1 || key == "" || len(key) > maxKeyLen || !printable(key) {
+			return invalidInput(reasonIdempotencyKey, "the Idempotency-Key must be one value of 1 to 255 printable ASCII characters")
+		}
+		u := userOf(c)
+		if !u.Authenticated {
+			return next(c)
+		}
+		info := infoOf(c)
+		info.idempotencyKey = key
+		info.requestHash = fingerprint(req.Method, req.URL.Path, bodyOf(c))
+		store := s.cfg.Idempotency
+		if store == nil {
+			return next(c)
+		}
+
+		k := idempotency.Key{Tenant: u.TenantID.String(), User: u.ID, Key: key}
+		resp, err := s.claim(req.Context(), k, info.requestHash)
+		switch {
+		case errors.Is(err, idempotency.ErrKeyReused):
+			return newAPIError(codeIdempotencyConflict, reasonKeyReused, "the idempotency key was used for a different request")
+		case errors.Is(err, idempotency.ErrInProgress):
+			return newAPIError(codeIdempotencyConflict, reasonRequestInProgress, "a request with this idempotency key is still in progress; retry later")
+		case errors.Is(err, idempotency.ErrUnavailable) && s.cfg.IdempotencyFailOpen:
+			info.log.Warn("idempotency store unavailable; running the keyed request without replay", "err", err)
+			return next(c)
+		case errors.Is(err, idempotency.ErrUnavailable):
+			return newAPIError(pipeline.CodeUnavailable, reasonIdempotencyDown, "idempotent requests cannot be served right now; retry later").withCause(err)
+		case err != nil:
+			return pipeline.AsError(err) // the client went away, or a store that broke its contract
+		case resp != nil:
+			return replay(c, resp)
+		}
+		return s.runClaimed(c, next, store, k, info)
+	}
+}
+
+// claim asks the store for k, waiting while a duplicate is in flight.
+func (s *Server) claim(ctx context.Context, k idempotency.Key, fp string) (*idempotency.Response, error) {
+	deadline := time.Now().Add(s.cfg.IdempotencyWait)
+	for {
+		resp, err := s.cfg.Idempotency.Claim(ctx, k, fp)
+		if !errors.Is(err, idempotency.ErrInProgress) {
+			return resp, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, err
+		}
+		t := time.NewTimer(min(left, idempotencyPoll))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// runClaimed runs the request that owns k and records its response: the
+// error, if any, is written by the central handler into the recording.
+func (s *Server) runClaimed(c echo.Context, next echo.HandlerFunc, store idempotency.Store, k idempotency.Key, info *requestInfo) error {
+	res := c.Response()
+	rec := &recorder{ResponseWriter: res.Writer}
+	res.Writer = rec
+	settled := false
+	defer func() {
+		res.Writer = rec.ResponseWriter
+		if !settled { // a panic: free the key for a retry
+			s.settle(c, store, k, info, 0, nil)
+		}
+	}()
+	if err := next(c); err != nil {
+		c.Error(err)
+	}
+	settled = true
+	s.settle(c, store, k, info, res.Status, rec.body.Bytes())
+	return nil
+}
+
+// settle completes k with a 2xx or 4xx response and releases it otherwise.
+func (s *Server) settle(c echo.Context, store idempotency.Store, k idempotency.Key, info *requestInfo, status int, body []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), storeTimeout)
+	defer cancel()
+	if status >= 200 && status < 500 {
+		resp := idempotency.Response{Status: status, ContentType: c.Response().Header().Get(echo.HeaderContentType), Body: body}
+		if err := store.Complete(ctx, k, info.requestHash, resp); err != nil {
+			info.log.Warn("idempotency: record the response", "err", err)
+		}
+		return
+	}
+	if err := store.Release(ctx, k, info.requestHash); err != nil {
+		info.log.Warn("idempotency: release the key", "err", err)
+	}
+}
+
+// replay answers with a recorded response.
+func replay(c echo.Context, resp *idempotency.Response) error {
+	ct, status := resp.ContentType, resp.Status
+	if ct == "" {
+		ct = contentTypeJSON
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
+	c.Response().Header().Set(HeaderIdempotentReplayed, "true")
+	return c.Blob(status, ct, resp.Body)
+}
+
+// fingerprint identifies a request: the same key with another fingerprint
+// is a reused key.
+func fingerprint(method, path string, body []byte) string {
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{'\n'})
+	h.Write([]byte(path))
+	h.Write([]byte{'\n'})
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// recorder keeps a copy of what is written, for the idempotency store.
+type recorder struct {
+	http.ResponseWriter
+	body bytes.Buffer
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.body.Write(b)
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,184 @@
+package http
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// maxIDLen is the longest client-chosen request or correlation id kept.
+const maxIDLen = 128
+
+// Keys of the values the middleware leaves on the echo.Context.
+const (
+	keyInfo = "kumiko.request"
+	keyUser = "kumiko.user"
+	keyBody = "kumiko.body"
+)
+
+// requestInfo is what the middleware learns about a request.
+type requestInfo struct {
+	id, correlation string
+	log             *slog.Logger
+	// idempotencyKey and requestHash are set for keyed writes of an
+	// authenticated caller.
+	idempotencyKey, requestHash string
+}
+
+// infoOf returns the request's info; a context the middleware never saw
+// (impossible through Handler) gets a fresh id.
+func infoOf(c echo.Context) *requestInfo {
+	if info, ok := c.Get(keyInfo).(*requestInfo); ok {
+		return info
+	}
+	id := newID()
+	return &requestInfo{id: id, correlation: id, log: slog.Default().With("requestId", id)}
+}
+
+// observe runs around every request: it settles the request and correlation
+// ids (echoed in the response), recovers panics, writes errors through the
+// central handler, then counts, times and logs the request.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		req := c.Request()
+		id := cleanID(req.Header.Get(HeaderRequestID))
+		if id == "" {
+			id = newID()
+		}
+		corr := cleanID(req.Header.Get(HeaderCorrelationID))
+		if corr == "" {
+			corr = id
+		}
+		info := &requestInfo{id: id, correlation: corr, log: s.log.With("requestId", id, "correlationId", corr)}
+		c.Set(keyInfo, info)
+		h := c.Response().Header()
+		h.Set(HeaderRequestID, id)
+		h.Set(HeaderCorrelationID, corr)
+		h.Set("X-Content-Type-Options", "nosniff")
+
+		if err := runSafely(next, c); err != nil {
+			c.Error(err)
+		}
+
+		route := c.Path()
+		if !s.routes[route] {
+			route = "unmatched"
+		}
+		status := c.Response().Status
+		elapsed := time.Since(start)
+		s.metrics.observe(route, req.Method, status, elapsed)
+		info.log.Info("request", "method", req.Method, "route", route, "path", req.URL.Path,
+			"status", status, "bytes", c.Response().Size, "duration", elapsed)
+		return nil
+	}
+}
+
+// runSafely calls next and turns a panic into an error carrying the stack,
+// so it is logged and answered as internal_error. http.ErrAbortHandler keeps
+// its meaning.
+func runSafely(next echo.HandlerFunc, c echo.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if pe, ok := p.(error); ok && errors.Is(pe, http.ErrAbortHandler) {
+				panic(p)
+			}
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return next(c)
+}
+
+// cleanID returns a client-sent id if it is 1–128 printable ASCII
+// characters (after trimming spaces), else "".
+func cleanID(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > maxIDLen || !printable(s) {
+		return ""
+	}
+	return s
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func newID() string {
+	if id, err := uuid.NewV7(); err == nil {
+		return id.String()
+	}
+	return uuid.NewString()
+}
+
+// metrics are the adapter's Prometheus collectors.
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kumiko_http_requests_total",
+		Help: "HTTP requests answered, by route template, method and status.",
+	}, []string{"route", "method", "status"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kumiko_http_request_duration_seconds",
+		Help:    "Time from receiving a request to its answer, by route template and method.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"route", "method"})
+	m := &metrics{}
+	var err error
+	if m.requests, err = register(reg, requests); err != nil {
+		return nil, err
+	}
+	if m.duration, err = register(reg, duration); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector of the same description a
+// server registered before on reg.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	if err != nil {
+		var zero C
+		return zero, fmt.Errorf("http: register metrics: %w", err)
+	}
+	return c, nil
+}
+
+// methods are the method label values; anything else counts as OTHER, so a
+// client cannot grow the label set.
+var methods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+}
+
+func (m *metrics) observe(route, method string, status int, d time.Duration) {
+	if !methods[method] {
+		method = "OTHER"
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route, method).Observe(d.Seconds())
+}

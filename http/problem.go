@@ -1,0 +1,259 @@
+package http
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// Codes the adapter answers on its own, next to the pipeline's codes, and
+// other wire constants of the error contract.
+const (
+	codeIdempotencyConflict   = "idempotency_conflict"
+	codePayloadTooLarge       = "payload_too_large"
+	codeRateLimited           = "rate_limited"
+	codeProjectionRebuilding  = "projection_rebuild_in_progress"
+	codeMethodNotAllowed      = "method_not_allowed"
+	problemTypeBase           = "https://kumiko.dev/problems/"
+	contentTypeProblem        = "application/problem+json"
+	contentTypeJSON           = "application/json"
+	retryAfterSeconds         = "1"
+	genericInternalDetail     = "internal error"
+	reasonKeyReused           = "key_reused"
+	reasonRequestInProgress   = "request_in_progress"
+	reasonInvalidEnvelope     = "invalid_envelope"
+	reasonIdempotencyKey      = "idempotency_key"
+	reasonIdempotencyDown     = "idempotency_unavailable"
+	reasonInvalidToken        = "invalid_token"
+	reasonTokenExpired        = "token_expired"
+	reasonAuthorizationHeader = "authorization_header"
+)
+
+// statusOf is the HTTP status of an error code (and, for
+// idempotency_conflict, its reason). An unknown code is a 500.
+func statusOf(code, reason string) int {
+	switch code {
+	case pipeline.CodeValidation:
+		return http.StatusBadRequest
+	case pipeline.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case pipeline.CodeAccessDenied:
+		return http.StatusForbidden
+	case pipeline.CodeNotFound:
+		return http.StatusNotFound
+	case codeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case pipeline.CodeVersionConflict, pipeline.CodeStreamArchived, pipeline.CodeUniqueViolation:
+		return http.StatusConflict
+	case codeIdempotencyConflict:
+		if reason == reasonKeyReused {
+			return http.StatusUnprocessableEntity
+		}
+		return http.StatusConflict
+	case pipeline.CodeUnprocessable:
+		return http.StatusUnprocessableEntity
+	case codePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case codeRateLimited:
+		return http.StatusTooManyRequests
+	case codeProjectionRebuilding, pipeline.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+var titles = map[string]string{
+	pipeline.CodeValidation:      "Validation failed",
+	pipeline.CodeUnauthenticated: "Unauthenticated",
+	pipeline.CodeAccessDenied:    "Access denied",
+	pipeline.CodeNotFound:        "Not found",
+	codeMethodNotAllowed:         "Method not allowed",
+	pipeline.CodeVersionConflict: "Version conflict",
+	pipeline.CodeStreamArchived:  "Stream archived",
+	pipeline.CodeUniqueViolation: "Unique violation",
+	codeIdempotencyConflict:      "Idempotency conflict",
+	pipeline.CodeUnprocessable:   "Unprocessable request",
+	codePayloadTooLarge:          "Payload too large",
+	codeRateLimited:              "Too many requests",
+	codeProjectionRebuilding:     "Projection rebuild in progress",
+	pipeline.CodeUnavailable:     "Service unavailable",
+	pipeline.CodeInternal:        "Internal server error",
+}
+
+// problem is the application/problem+json body of every error (RFC 9457
+// plus the contract's members).
+type problem struct {
+	Type      string         `json:"type"`
+	Title     string         `json:"title"`
+	Status    int            `json:"status"`
+	Code      string         `json:"code"`
+	Reason    string         `json:"reason"`
+	Detail    string         `json:"detail"`
+	RequestID string         `json:"requestId"`
+	Fields    []fieldProblem `json:"fields,omitempty"`
+	Details   map[string]any `json:"details,omitempty"`
+}
+
+type fieldProblem struct {
+	Path    string `json:"path"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// apiError is a failure the adapter detects itself. Its cause is logged,
+// never shown.
+type apiError struct {
+	code, reason, detail string
+	fields               []registry.FieldError
+	cause                error
+	// challenge is the WWW-Authenticate value of a 401.
+	challenge string
+}
+
+func (e *apiError) Error() string {
+	msg := e.code + " (" + e.reason + "): " + e.detail
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
+	}
+	return msg
+}
+
+func (e *apiError) Unwrap() error { return e.cause }
+
+func newAPIError(code, reason, detail string) *apiError {
+	if reason == "" {
+		reason = code
+	}
+	return &apiError{code: code, reason: reason, detail: detail}
+}
+
+func (e *apiError) withCause(err error) *apiError { e.cause = err; return e }
+
+func invalidInput(reason, detail string, fields ...registry.FieldError) *apiError {
+	e := newAPIError(pipeline.CodeValidation, reason, detail)
+	e.fields = fields
+	return e
+}
+
+// toProblem classifies err into the problem to answer, the headers to add
+// and the error to log (nil when there is nothing worth logging).
+func toProblem(err error) (p problem, header http.Header, cause error) {
+	header = http.Header{}
+	var (
+		ae *apiError
+		pe *pipeline.Error
+		he *echo.HTTPError
+	)
+	switch {
+	case errors.As(err, &ae):
+		p = problem{Code: ae.code, Reason: ae.reason, Detail: ae.detail, Fields: fieldProblems(ae.fields)}
+		if ae.challenge != "" {
+			header.Set("WWW-Authenticate", ae.challenge)
+		}
+		cause = ae
+	case errors.As(err, &pe):
+		p = problem{Code: pe.Code, Reason: pe.Reason, Detail: pe.Detail, Fields: fieldProblems(pe.Fields), Details: pe.Details}
+		if pe.Code == pipeline.CodeUnauthenticated {
+			header.Set("WWW-Authenticate", `Bearer realm="kumiko"`)
+		}
+		cause = pe
+	case errors.As(err, &he):
+		p = echoProblem(he)
+		cause = he
+	default:
+		p = problem{Code: pipeline.CodeInternal}
+		cause = err
+	}
+	if p.Reason == "" {
+		p.Reason = p.Code
+	}
+	p.Status = statusOf(p.Code, p.Reason)
+	if p.Status == http.StatusInternalServerError {
+		// Whatever the code claimed, a 500 shows nothing of its origin.
+		p.Code, p.Reason, p.Detail, p.Fields, p.Details = pipeline.CodeInternal, pipeline.CodeInternal, genericInternalDetail, nil, nil
+	}
+	p.Type = problemTypeBase + p.Code
+	p.Title = titles[p.Code]
+	switch p.Status {
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		header.Set("Retry-After", retryAfterSeconds)
+	case http.StatusConflict:
+		if p.Reason == reasonRequestInProgress {
+			header.Set("Retry-After", retryAfterSeconds)
+		}
+	}
+	return p, header, cause
+}
+
+func fieldProblems(fs []registry.FieldError) []fieldProblem {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]fieldProblem, len(fs))
+	for i, f := range fs {
+		out[i] = fieldProblem{Path: f.Path, Code: f.Code, Message: f.Message}
+	}
+	return out
+}
+
+// echoProblem maps Echo's own errors (no route, wrong method, …).
+func echoProblem(he *echo.HTTPError) problem {
+	switch he.Code {
+	case http.StatusNotFound:
+		return problem{Code: pipeline.CodeNotFound, Reason: "route_not_found", Detail: "no such route"}
+	case http.StatusMethodNotAllowed:
+		return problem{Code: codeMethodNotAllowed, Detail: "the route does not accept this method"}
+	case http.StatusRequestEntityTooLarge:
+		return problem{Code: codePayloadTooLarge, Detail: "the request body is too large"}
+	case http.StatusUnauthorized:
+		return problem{Code: pipeline.CodeUnauthenticated, Detail: "authentication is required"}
+	case http.StatusForbidden:
+		return problem{Code: pipeline.CodeAccessDenied, Detail: "access denied"}
+	case http.StatusTooManyRequests:
+		return problem{Code: codeRateLimited, Detail: "too many requests; retry later"}
+	case http.StatusServiceUnavailable:
+		return problem{Code: pipeline.CodeUnavailable, Detail: "the service is unavailable; retry later"}
+	}
+	if he.Code >= 400 && he.Code < 500 {
+		return problem{Code: pipeline.CodeValidation, Reason: "bad_request", Detail: http.StatusText(he.Code)}
+	}
+	return problem{Code: pipeline.CodeInternal}
+}
+
+// handleError is the one place errors become responses.
+func (s *Server) handleError(err error, c echo.Context) {
+	info := infoOf(c)
+	p, header, cause := toProblem(err)
+	p.RequestID = info.id
+	log := info.log
+	if p.Status >= 500 {
+		log.Error("request failed", "status", p.Status, "code", p.Code, "reason", p.Reason, "err", cause)
+	} else {
+		log.Debug("request refused", "status", p.Status, "code", p.Code, "reason", p.Reason, "err", cause)
+	}
+	res := c.Response()
+	if res.Committed {
+		log.Warn("error after the response was committed", "err", err)
+		return
+	}
+	body, merr := json.Marshal(p)
+	if merr != nil { // cannot happen with these field types
+		log.Error("encode problem", "err", merr)
+		body = []byte(`{"code":"internal_error"}`)
+	}
+	for k, v := range header {
+		res.Header()[k] = v
+	}
+	res.Header().Set(echo.HeaderContentType, contentTypeProblem)
+	res.WriteHeader(p.Status)
+	if c.Request().Method != http.MethodHead {
+		if _, werr := res.Write(body); werr != nil {
+			log.Debug("write problem", "err", werr)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+// Package http serves the pipeline over HTTP with Echo v4: the JSON API of
+// SPEC §5 (write, batch, query, command, inspect), bearer-token
+// authentication, request and correlation ids, idempotent writes, input
+// hardening, Prometheus metrics and health probes.
+//
+// Every error leaves through one place, the server's HTTPErrorHandler, as
+// application/problem+json with a stable code and reason; nothing internal
+// (SQL, causes, stack traces) is ever shown, and every 5xx is logged with its
+// cause and the request id. Handlers are thin: they decode the envelope, call
+// the dispatcher and write {"data": …}.
+//
+// The adapter calls the pipeline; the pipeline never calls it. A Server is
+// built by hand with [NewServer] or by the kumiko facade, which runs
+// [Server.Handler] in its own http.Server.
+package http
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+// Defaults of Config.
+const (
+	DefaultAdminRole       = "Admin"
+	DefaultBodyLimit       = 1 << 20 // 1 MiB
+	DefaultMaxDepth        = 20
+	DefaultIdempotencyWait = 2 * time.Second
+	// MinSecretLen is the shortest JWTSecret accepted: RFC 7518 §3.2 wants a
+	// key at least as long as the HS256 hash output.
+	MinSecretLen = 32
+)
+
+// Header names the adapter reads and writes.
+const (
+	HeaderRequestID          = "X-Request-ID"
+	HeaderCorrelationID      = "X-Correlation-ID"
+	HeaderIdempotencyKey     = "Idempotency-Key"
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
+)
+
+const (
+	// idempotencyPoll is how often a duplicate of an in-flight keyed request
+	// asks the store again while it waits.
+	idempotencyPoll = 20 * time.Millisecond
+	// storeTimeout bounds Complete and Release, which run after the client
+	// may have gone.
+	storeTimeout = 5 * time.Second
+	// readyTimeout bounds one readiness check.
+	readyTimeout = 2 * time.Second
+	// maxKeyLen is the longest Idempotency-Key accepted.
+	maxKeyLen = 255
+)
+
+// Config configures a Server. The zero value of every field but JWTSecret
+// means its default.
+type Config struct {
+	// JWTSecret verifies bearer tokens (HS256 only). Required, at least
+	// MinSecretLen bytes.
+	JWTSecret []byte
+	// AdminRole is the role that may use /api/inspect. Default "Admin".
+	AdminRole string
+	// BodyLimit is the largest request body in bytes; larger bodies answer
+	// 413 payload_too_large. Default 1 MiB.
+	BodyLimit int64
+	// MaxDepth is the deepest nesting of objects and arrays a request
+	// payload may have; deeper answers 400 validation_error (too_deep).
+	// Default 20.
+	MaxDepth int
+	// Idempotency records keyed writes (write, batch, command) so a retry
+	// with the same Idempotency-Key replays the first response. Nil turns
+	// replay off: the key is still stored on the events and recorded by the
+	// pipeline in the write transaction, so a retry is refused
+	// (idempotency_conflict, already_applied) instead of applying twice.
+	Idempotency idempotency.Store
+	// IdempotencyWait is how long a duplicate of an in-flight keyed request
+	// waits for the first to complete (polling the store every 20 ms) before
+	// it answers 409 idempotency_conflict (request_in_progress). Default 2s.
+	IdempotencyWait time.Duration
+	// IdempotencyFailOpen decides keyed writes while the store is down:
+	// false answers 503 unavailable with Retry-After; true runs them without
+	// replay (the pipeline's record still prevents a double apply) and logs
+	// a warning. Unkeyed requests never touch the store.
+	IdempotencyFailOpen bool
+	// Logger receives one line per request and every 5xx with its cause,
+	// each with the request id. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics registers the kumiko_http_* collectors. Default: a new
+	// registry that also holds the Go and process collectors.
+	Metrics prometheus.Registerer
+	// Gatherer is what GET /metrics serves. Default: Metrics when it is a
+	// Gatherer (a *prometheus.Registry is); required otherwise.
+	Gatherer prometheus.Gatherer
+	// Ready reports whether the server can serve (the facade pings the
+	// database); while it fails GET /readyz answers 503. Nil: always ready.
+	Ready func(ctx context.Context) error
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.AdminRole == "" {
+		c.AdminRole = DefaultAdminRole
+	}
+	if c.BodyLimit == 0 {
+		c.BodyLimit = DefaultBodyLimit
+	}
+	if c.MaxDepth == 0 {
+		c.MaxDepth = DefaultMaxDepth
+	}
+	if c.IdempotencyWait == 0 {
+		c.IdempotencyWait = DefaultIdempotencyWait
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		c.Metrics = reg
+	}
+	if c.Gatherer == nil {
+		if g, ok := c.Metrics.(prometheus.Gatherer); ok {
+			c.Gatherer = g
+		}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case len(c.JWTSecret) == 0:
+		return errors.New("http: Config.JWTSecret is required")
+	case len(c.JWTSecret) < MinSecretLen:
+		return fmt.Errorf("http: Config.JWTSecret must be at least %d bytes for HS256, got %d", MinSecretLen, len(c.JWTSecret))
+	case c.BodyLimit < 0:
+		return fmt.Errorf("http: Config.BodyLimit must not be negative, got %d", c.BodyLimit)
+	case c.MaxDepth < 0:
+		return fmt.Errorf("http: Config.MaxDepth must not be negative, got %d", c.MaxDepth)
+	case c.IdempotencyWait < 0:
+		return fmt.Errorf("http: Config.IdempotencyWait must not be negative, got %s", c.IdempotencyWait)
+	case c.Gatherer == nil:
+		return errors.New("http: Config.Gatherer is required when Config.Metrics is not a prometheus.Gatherer")
+	}
+	return nil
+}
+
+// Server is the HTTP adapter: an Echo instance with the routes of SPEC §5.
+// It is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	d       *pipeline.Dispatcher
+	store   *eventstore.Store
+	e       *echo.Echo
+	log     *slog.Logger
+	auth    *authenticator
+	metrics *metrics
+	// routes are the registered route paths, the only values the route
+	// label of the metrics takes besides "unmatched".
+	routes map[string]bool
+}
+
+// NewServer builds the server for d, inspecting streams in store (the
+// store d writes to). It registers its metrics on cfg.Metrics; a second
+// server on the same registerer shares them.
+func NewServer(cfg Config, d *pipeline.Dispatcher, store *eventstore.Store) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if d == nil || store == nil {
+		return nil, errors.New("http: a dispatcher and an event store are required")
+	}
+	cfg.JWTSecret = slices.Clone(cfg.JWTSecret)
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, d: d, store: store, log: cfg.Logger, metrics: m,
+		auth: newAuthenticator(cfg.JWTSecret), routes: map[string]bool{},
+	}
+	s.e = s.routeAll()
+	return s, nil
+}
+
+// Handler serves the API.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Echo returns the underlying Echo instance, to add routes next to the API.
+// Routes added there pass the request-id, logging and metrics middleware and
+// the central error handler, but not authentication.
+func (s *Server) Echo() *echo.Echo { return s.e }
+
+func (s *Server) routeAll() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.observe)
+
+	// Route-level middleware, not a group's: a group's catch-all would turn
+	// every 405 under /api into a 404.
+	single, batch := s.readBody(1), s.readBody(3) // envelope levels above the payload
+	e.POST("/api/write", s.write, s.authenticate, single, s.idempotent)
+	e.POST("/api/batch", s.batch, s.authenticate, batch, s.idempotent)
+	e.POST("/api/query", s.query, s.authenticate, single)
+	e.POST("/api/command", s.command, s.authenticate, single, s.idempotent)
+	e.GET("/api/inspect/:aggregateType/:id", s.inspect, s.authenticate)
+
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+
+	for _, r := range e.Routes() {
+		if r.Method != echo.RouteNotFound {
+			s.routes[r.Path] = true
+		}
+	}
+	return e
+}
