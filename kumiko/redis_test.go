@@ -93,7 +93,9 @@ func TestIdempotencyWithRedis(t *testing.T) {
 	var wg sync.WaitGroup
 	statuses := make([]int, 20)
 	for i := range statuses {
-		wg.Go(func() { statuses[i], _, _ = keyed(t, write, token, "key-2", `{"type":"task.create","payload":{"title":"race"}}`) })
+		wg.Go(func() {
+			statuses[i], _, _ = keyed(t, write, token, "key-2", `{"type":"task.create","payload":{"title":"race"}}`)
+		})
 	}
 	wg.Wait()
 	require.Equal(t, 2, events())
