@@ -60,6 +60,19 @@ func TestErrorTable(t *testing.T) {
 		p := requireProblem(t, e.post("/api/write", alice, fmt.Sprintf(`{"type":"task.update","payload":{"id":%q,"version":5,"changes":{"done":true}}}`, id)),
 			409, "version_conflict", "event_version_conflict")
 		require.Equal(t, map[string]any{"expectedVersion": float64(5), "currentVersion": float64(1)}, p["details"])
+
+		// In a batch the problem names the failing command, and nothing
+		// of the batch is kept.
+		before := e.events()
+		batch := fmt.Sprintf(`{"commands":[{"type":"task.create","payload":{"title":"kept?"}},`+
+			`{"type":"task.update","payload":{"id":%q,"version":5,"changes":{"done":true}}}]}`, id)
+		p = requireProblem(t, e.post("/api/batch", alice, batch), 409, "version_conflict", "")
+		require.Equal(t, float64(1), p["details"].(map[string]any)["failedIndex"])
+		require.Equal(t, before, e.events())
+		p = requireProblem(t, e.post("/api/batch", alice, `{"commands":[{"type":"task.create","payload":{"title":"x"}},{"type":"task.create","payload":{"title":false}}]}`),
+			400, "validation_error", "")
+		require.Equal(t, float64(1), p["details"].(map[string]any)["failedIndex"])
+		require.Equal(t, "title", p["fields"].([]any)[0].(map[string]any)["path"])
 	})
 	t.Run("stream_archived", func(t *testing.T) {
 		other := e.create(alice, "to archive")

@@ -77,11 +77,18 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		status := c.Response().Status
 		elapsed := time.Since(start)
 		s.metrics.observe(route, req.Method, status, elapsed)
-		info.log.Info("request", "method", req.Method, "route", route, "path", req.URL.Path,
+		level := slog.LevelInfo
+		if probes[route] && status < 500 {
+			level = slog.LevelDebug // scraped every few seconds: not worth a line each
+		}
+		info.log.Log(req.Context(), level, "request", "method", req.Method, "route", route, "path", req.URL.Path,
 			"status", status, "bytes", c.Response().Size, "duration", elapsed)
 		return nil
 	}
 }
+
+// probes are the routes of monitoring systems.
+var probes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
 // runSafely calls next and turns a panic into an error carrying the stack,
 // so it is logged and answered as internal_error. http.ErrAbortHandler keeps

@@ -85,6 +85,8 @@ type Config struct {
 	// replay off: the key is still stored on the events and recorded by the
 	// pipeline in the write transaction, so a retry is refused
 	// (idempotency_conflict, already_applied) instead of applying twice.
+	// Keys sent without a token are ignored: there is no user to scope
+	// them to.
 	Idempotency idempotency.Store
 	// IdempotencyWait is how long a duplicate of an in-flight keyed request
 	// waits for the first to complete (polling the store every 20 ms) before
