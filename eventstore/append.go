@@ -48,7 +48,7 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream Stream, expected
 // expectation holds and all events are written, or nothing is. A refused
 // stream is reported as a *BatchError naming its index.
 func (s *Store) AppendBatch(ctx context.Context, batch []StreamAppend) ([]AppendResult, error) {
-	res, err := s.appendBatch(ctx, s.pool, batch)
+	res, err := s.appendBatch(ctx, s.pool, nil, batch)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (s *Store) AppendBatch(ctx context.Context, batch []StreamAppend) ([]Append
 
 // AppendBatchTx is AppendBatch inside the caller's transaction.
 func (s *Store) AppendBatchTx(ctx context.Context, tx pgx.Tx, batch []StreamAppend) ([]AppendResult, error) {
-	res, err := s.appendBatch(ctx, tx, batch)
+	res, err := s.appendBatch(ctx, tx, tx, batch)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,9 @@ func (s *Store) AppendBatchTx(ctx context.Context, tx pgx.Tx, batch []StreamAppe
 	return res, nil
 }
 
-func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend) ([]AppendResult, error) {
+// appendBatch appends through q; tx is q when it is the caller's
+// transaction, nil for the pool.
+func (s *Store) appendBatch(ctx context.Context, q querier, tx pgx.Tx, batch []StreamAppend) ([]AppendResult, error) {
 	batch, err := s.resolveAnyVersion(ctx, q, batch)
 	if err != nil {
 		return nil, err
@@ -76,12 +78,6 @@ func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend
 	a, err := encodeBatch(batch)
 	if err != nil {
 		return nil, err
-	}
-	type written struct {
-		id        int64
-		aggID     uuid.UUID
-		version   int
-		createdAt time.Time
 	}
 	var ws []written
 	if len(a.versions) == 1 {
@@ -103,21 +99,8 @@ func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend
 		}
 		ws = append(ws, w)
 	} else {
-		rows, err := q.Query(ctx, s.sql.appendMany, a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
-			a.types, a.eventVersions, a.payloads, a.metas, a.users, a.aggIDs, a.tenants, a.expected)
-		if err != nil {
-			return nil, s.appendFailed(ctx, q, batch, err)
-		}
-		ws = make([]written, 0, len(a.versions))
-		for rows.Next() {
-			var w written
-			if err := rows.Scan(&w.id, (*[16]byte)(&w.aggID), &w.version, &w.createdAt); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("append: scan: %w", err)
-			}
-			ws = append(ws, w)
-		}
-		if err := rows.Err(); err != nil {
+		var err error
+		if ws, err = s.appendMany(ctx, q, tx, a); err != nil {
 			return nil, s.appendFailed(ctx, q, batch, err)
 		}
 		if len(ws) == 0 {
@@ -154,6 +137,51 @@ func (s *Store) appendBatch(ctx context.Context, q querier, batch []StreamAppend
 		out[i] = r
 	}
 	return out, nil
+}
+
+// written is what the database assigned to one appended event.
+type written struct {
+	id        int64
+	aggID     uuid.UUID
+	version   int
+	createdAt time.Time
+}
+
+// appendMany runs the multi-event statement. Inside the caller's transaction
+// it runs under a savepoint: a unique violation (a concurrent writer won)
+// then rolls back to it and leaves the transaction usable, so the failure is
+// explained by reading the head in the same transaction — never on a second
+// pool connection while the first is held.
+func (s *Store) appendMany(ctx context.Context, q querier, tx pgx.Tx, a *batchArgs) ([]written, error) {
+	if tx != nil {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ws, err := s.appendMany(ctx, sp, nil, a)
+		if err != nil {
+			if rbErr := sp.Rollback(ctx); rbErr != nil {
+				return nil, rbErr
+			}
+			return nil, err
+		}
+		return ws, sp.Commit(ctx)
+	}
+	rows, err := q.Query(ctx, s.sql.appendMany, a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
+		a.types, a.eventVersions, a.payloads, a.metas, a.users, a.aggIDs, a.tenants, a.expected)
+	if err != nil {
+		return nil, err
+	}
+	ws := make([]written, 0, len(a.versions))
+	for rows.Next() {
+		var w written
+		if err := rows.Scan(&w.id, (*[16]byte)(&w.aggID), &w.version, &w.createdAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		ws = append(ws, w)
+	}
+	return ws, rows.Err()
 }
 
 // resolveAnyVersion replaces AnyVersion by the stream's current version, so
@@ -289,11 +317,9 @@ func (s *Store) appendFailed(ctx context.Context, q querier, batch []StreamAppen
 	if cause != nil && !(errors.As(cause, &pgErr) && pgErr.Code == "23505") {
 		return fmt.Errorf("append: %w", cause)
 	}
-	if cause != nil {
-		// The unique index refused: a concurrent writer committed first. The
-		// transaction is aborted, so read the committed heads from the pool.
-		q = s.pool
-	}
+	// The unique index refused, or an expectation did not hold: q is usable
+	// either way (the pool, or a transaction rolled back to its savepoint),
+	// and a new statement sees the winner's commit.
 	raced := -1
 	var racedHead streamHead
 	for i, sa := range batch {

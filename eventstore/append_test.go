@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/eventstore"
@@ -272,4 +274,55 @@ func queryString(t *testing.T, db *kumikotest.DB, sql string, args ...any) strin
 	var s string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&s))
 	return s
+}
+
+// Losers of a version race inside their own transactions are told so without
+// a second connection: more racing transactions than pool connections finish
+// (the pool would otherwise starve), for single events and for batches.
+func TestConflictsInTransactionsNeedNoSecondConnection(t *testing.T) {
+	t.Parallel()
+	const writers = 12
+	db := kumikotest.NewDB(t, kumikotest.MaxConns(3))
+	s := db.Store
+	for _, events := range []int{1, 3} {
+		res := newStream(t, s, tenantA, 1)
+		st := eventstore.Stream{TenantID: tenantA, AggregateType: "task", AggregateID: res.AggregateID}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			wins  int
+			start = make(chan struct{})
+		)
+		for range writers {
+			wg.Go(func() {
+				<-start
+				err := s.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+					evs := make([]eventstore.NewEvent, events)
+					for i := range evs {
+						evs[i] = ev("task.updated", `{}`)
+					}
+					_, err := s.AppendTx(ctx, tx, st, 1, evs...)
+					if err != nil {
+						// The transaction is still usable after losing.
+						var one int
+						require.NoError(t, tx.QueryRow(ctx, "SELECT 1").Scan(&one))
+					}
+					return err
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil {
+					wins++
+				} else {
+					require.ErrorIs(t, err, eventstore.ErrVersionConflict)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.NoError(t, ctx.Err(), "the writers finished before the deadline")
+		cancel()
+		require.Equal(t, 1, wins, "%d events per append", events)
+	}
 }

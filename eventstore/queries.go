@@ -34,10 +34,13 @@ func newQueries(schema string) queries {
 		// first, so only "n exists for this tenant" and "not archived" are
 		// checked here. A new stream needs neither check: an archived or
 		// foreign stream already has a version 1. The two single-event
-		// statements are separate so each keeps a cached generic plan.
+		// statements are separate so each keeps a cached generic plan. A lost
+		// race inserts nothing instead of raising, so the transaction stays
+		// usable and the loser's head is read in it.
 		appendNew: r.Replace(`
 INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
 VALUES ($1, $2, $3, 1, $4, $5, $6::jsonb, $7::jsonb, $8)
+ON CONFLICT (aggregate_id, version) DO NOTHING
 RETURNING id, created_at`),
 
 		appendNext: r.Replace(`
@@ -45,6 +48,7 @@ INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, ev
 SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9
 WHERE EXISTS (SELECT 1 FROM {events} e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
 	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1)
+ON CONFLICT (aggregate_id, version) DO NOTHING
 RETURNING id, created_at`),
 
 		// Many events of one or many streams, all or none.
