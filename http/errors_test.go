@@ -14,7 +14,7 @@ import (
 	khttp "github.com/kumiko-go/kumiko/http"
 )
 
-// Every row of the error table of SPEC §5, each produced by a real request.
+// Every row of the error table (docs/http.md), each produced by a real request.
 // rate_limited (429) and projection_rebuild_in_progress (503) have no
 // producer yet — no rate limiter, no rebuilds — so only their mapping is
 // tested (TestStatusOfEveryCode).

@@ -1,5 +1,5 @@
 // Package http serves the pipeline over HTTP with Echo v4: the JSON API of
-// SPEC §5 (write, batch, query, command, inspect), bearer-token
+// docs/http.md (write, batch, query, command, inspect), bearer-token
 // authentication, request and correlation ids, idempotent writes, input
 // hardening, Prometheus metrics and health probes.
 //
@@ -159,7 +159,7 @@ func (c Config) validate() error {
 	return nil
 }
 
-// Server is the HTTP adapter: an Echo instance with the routes of SPEC §5.
+// Server is the HTTP adapter: an Echo instance with the routes of docs/http.md.
 // It is safe for concurrent use.
 type Server struct {
 	cfg     Config

@@ -14,7 +14,7 @@ import (
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// The "tasks" app of SPEC §3, with a second feature whose events the tasks
+// The "tasks" app of docs/features.md, with a second feature whose events the tasks
 // feature consumes.
 
 type TaskCompleted struct {

@@ -1,4 +1,4 @@
-// Command bench is the benchmark that `make bench` runs (SPEC §9). It measures
+// Command bench is the benchmark that `make bench` runs. It measures
 // the event store's Go API next to a raw pgx baseline doing the same SQL work
 // (same table shape, same rows, same concurrency) in the same process against
 // the same server, and prints both rates and the ratio framework/raw:
