@@ -104,46 +104,29 @@ type Request struct {
 // Write runs a CRUD write (create, update, delete, restore) and returns the
 // entity's row as the caller may see it.
 func (d *Dispatcher) Write(ctx context.Context, c Caller, req Request) (any, error) {
-	h, in, gerr := d.gate(c, req, feature.KindWrite)
-	if gerr != nil {
-		return nil, gerr
-	}
-	var out any
-	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		if err := d.recordKey(ctx, tx, &c); err != nil {
-			return err
-		}
-		var err error
-		out, err = d.execute(ctx, tx, &c, h, in)
-		return err
-	})
-	if err != nil {
-		return nil, AsError(err)
-	}
-	d.metrics.committed(c.appended)
-	return out, nil
+	return d.writeOne(ctx, c, req, feature.KindWrite)
 }
 
 // Command runs a command handler in a write transaction and returns what the
 // handler returned.
 func (d *Dispatcher) Command(ctx context.Context, c Caller, req Request) (any, error) {
-	h, in, gerr := d.gate(c, req, feature.KindCommand)
+	return d.writeOne(ctx, c, req, feature.KindCommand)
+}
+
+func (d *Dispatcher) writeOne(ctx context.Context, c Caller, req Request, kind feature.HandlerKind) (any, error) {
+	h, in, gerr := d.gate(c, req, kind)
 	if gerr != nil {
 		return nil, gerr
 	}
 	var out any
-	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		if err := d.recordKey(ctx, tx, &c); err != nil {
-			return err
-		}
+	err := d.inWriteTx(ctx, &c, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		out, err = d.execute(ctx, tx, &c, h, in)
 		return err
 	})
 	if err != nil {
-		return nil, AsError(err)
+		return nil, err
 	}
-	d.metrics.committed(c.appended)
 	return out, nil
 }
 
@@ -165,10 +148,7 @@ func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any
 	}
 	out := make([]any, len(reqs))
 	failed := -1
-	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		if err := d.recordKey(ctx, tx, &c); err != nil {
-			return err
-		}
+	err := d.inWriteTx(ctx, &c, func(ctx context.Context, tx pgx.Tx) error {
 		for i := range reqs {
 			res, err := d.execute(ctx, tx, &c, hs[i], ins[i])
 			if err != nil {
@@ -180,14 +160,28 @@ func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any
 		return nil
 	})
 	if err != nil {
-		e := AsError(err)
 		if failed >= 0 {
-			e.with("failedIndex", failed)
+			err.with("failedIndex", failed)
 		}
-		return nil, e
+		return nil, err
+	}
+	return out, nil
+}
+
+// inWriteTx runs fn in a write transaction that first records the caller's
+// idempotency key; after the commit it counts the appended events.
+func (d *Dispatcher) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context.Context, tx pgx.Tx) error) *Error {
+	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := d.recordKey(ctx, tx, c); err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+	if err != nil {
+		return AsError(err)
 	}
 	d.metrics.committed(c.appended)
-	return out, nil
+	return nil
 }
 
 // Query runs a CRUD list or detail or a query handler. Query handlers run in
