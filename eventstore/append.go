@@ -266,11 +266,11 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 			}
 			payload, err := encodePayload(ne.Payload)
 			if err != nil {
-				return nil, &BatchError{i, fmt.Errorf("%w: event %s: %v", ErrInvalidEvent, ne.Type, err)}
+				return nil, &BatchError{i, fmt.Errorf("%w: event %s: %w", ErrInvalidEvent, ne.Type, err)}
 			}
 			meta, err := json.Marshal(ne.Metadata)
 			if err != nil {
-				return nil, &BatchError{i, fmt.Errorf("%w: event %s metadata: %v", ErrInvalidEvent, ne.Type, err)}
+				return nil, &BatchError{i, fmt.Errorf("%w: event %s metadata: %w", ErrInvalidEvent, ne.Type, err)}
 			}
 			a.evAggIDs = append(a.evAggIDs, id)
 			a.evAggTypes = append(a.evAggTypes, st.AggregateType)
@@ -299,7 +299,7 @@ func encodePayload(p any) ([]byte, error) {
 	default:
 		var err error
 		if b, err = json.Marshal(v); err != nil {
-			return nil, fmt.Errorf("payload: %v", err)
+			return nil, fmt.Errorf("payload: %w", err)
 		}
 	}
 	b = bytes.TrimSpace(b)
@@ -314,7 +314,7 @@ func encodePayload(p any) ([]byte, error) {
 // statement wrote nothing because an expectation did not hold.
 func (s *Store) appendFailed(ctx context.Context, q querier, batch []StreamAppend, cause error) error {
 	var pgErr *pgconn.PgError
-	if cause != nil && !(errors.As(cause, &pgErr) && pgErr.Code == "23505") {
+	if cause != nil && (!errors.As(cause, &pgErr) || pgErr.Code != "23505") {
 		return fmt.Errorf("append: %w", cause)
 	}
 	// The unique index refused, or an expectation did not hold: q is usable

@@ -72,7 +72,10 @@ func TestBuildServerStartStop(t *testing.T) {
 	require.NotNil(t, app.Parts().Dispatcher)
 
 	require.NoError(t, app.Stop(ctx))
-	_, err = http.Get(base + "/healthz")
+	resp, err = http.Get(base + "/healthz")
+	if err == nil {
+		resp.Body.Close()
+	}
 	require.Error(t, err, "stopped servers do not answer")
 }
 

@@ -112,7 +112,7 @@ func devDatabase(ctx context.Context, app string) (string, error) {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	var pgErr *pgconn.PgError
-	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P04") {
+	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "42P04") {
 		return "", fmt.Errorf("create database %s: %w", name, err)
 	}
 	u, _ := url.Parse(devServerURL)

@@ -161,7 +161,7 @@ func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any
 	})
 	if err != nil {
 		if failed >= 0 {
-			err.with("failedIndex", failed)
+			err.set("failedIndex", failed)
 		}
 		return nil, err
 	}

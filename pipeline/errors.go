@@ -67,12 +67,17 @@ func newError(code, reason, detail string, cause error) *Error {
 	return &Error{Code: code, Reason: reason, Detail: detail, cause: cause}
 }
 
+// with sets a detail and returns e, for chaining.
 func (e *Error) with(key string, v any) *Error {
+	e.set(key, v)
+	return e
+}
+
+func (e *Error) set(key string, v any) {
 	if e.Details == nil {
 		e.Details = map[string]any{}
 	}
 	e.Details[key] = v
-	return e
 }
 
 // AsError classifies any error of a request into an *Error: the framework's
@@ -102,9 +107,9 @@ func AsError(err error) *Error {
 		return newError(CodeNotFound, "handler_not_found", "no such handler", err)
 	case errors.As(err, &vc):
 		e := newError(CodeVersionConflict, "event_version_conflict", "the aggregate was changed by someone else; reload and retry", err)
-		e.with("expectedVersion", vc.Expected)
+		e.set("expectedVersion", vc.Expected)
 		if vc.Current >= 0 {
-			e.with("currentVersion", vc.Current)
+			e.set("currentVersion", vc.Current)
 		}
 		return e
 	case errors.Is(err, eventstore.ErrStreamArchived):
