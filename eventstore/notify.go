@@ -24,6 +24,7 @@ type notifier struct {
 	pending int64 // highest committed id not yet announced; 0 = none
 	running bool
 	wg      sync.WaitGroup
+	subs    map[chan struct{}]struct{} // in-process listeners
 }
 
 // committed records that events up to maxID are committed and makes sure a
@@ -33,6 +34,12 @@ func (n *notifier) committed(ctx context.Context, maxID int64) {
 		return
 	}
 	n.mu.Lock()
+	for ch := range n.subs {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
 	n.pending = max(n.pending, maxID)
 	if n.running {
 		n.mu.Unlock()
@@ -70,6 +77,21 @@ func (n *notifier) run(ctx context.Context) {
 }
 
 func (n *notifier) wait() { n.wg.Wait() }
+
+func (n *notifier) subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	if n.subs == nil {
+		n.subs = map[chan struct{}]struct{}{}
+	}
+	n.subs[ch] = struct{}{}
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		delete(n.subs, ch)
+		n.mu.Unlock()
+	}
+}
 
 // notifyInterval bounds the notification rate to what listeners need: a
 // wake-up at most this much later, instead of one statement per commit.

@@ -109,3 +109,30 @@ func TestCommittedEventsAreAnnounced(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, batch[1].Events[0].ID, nextNotification(t, conn))
 }
+
+func TestSubscribeWakesInProcess(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	s := db.Store
+	wake, cancel := s.Subscribe()
+	defer cancel()
+
+	require.Error(t, s.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := s.AppendTx(ctx, tx, eventstore.Stream{TenantID: tenantA, AggregateType: "task"}, 0, ev("task.created", `{}`))
+		require.NoError(t, err)
+		return errors.New("roll back")
+	}))
+	select {
+	case <-wake:
+		t.Fatal("a rolled-back append woke a subscriber")
+	default:
+	}
+	_, err := s.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "task"}, 0, ev("task.created", `{}`))
+	require.NoError(t, err)
+	select {
+	case <-wake:
+	default:
+		t.Fatal("a committed append did not wake the subscriber")
+	}
+}

@@ -14,6 +14,7 @@ type queries struct {
 	loadSnapshot, loadAfterSnapshot, saveSnap string
 	archive, restore, isArchived              string
 	notify                                    string
+	lastID, writers, readRange                string
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by`
@@ -133,5 +134,14 @@ SELECT EXISTS (SELECT 1 FROM {events} WHERE aggregate_id = $1 AND tenant_id = $2
 SELECT EXISTS (SELECT 1 FROM {archived} WHERE aggregate_id = $1 AND tenant_id = $2)`),
 
 		notify: `SELECT pg_notify($1, $2)`,
+
+		lastID: r.Replace(`SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('{events}', 'id')::regclass), 0)`),
+
+		writers: r.Replace(`
+SELECT virtualtransaction FROM pg_locks
+WHERE locktype = 'relation' AND relation = '{events}'::regclass AND mode = 'RowExclusiveLock'
+	AND granted AND pid IS DISTINCT FROM pg_backend_pid()`),
+
+		readRange: r.Replace(`SELECT {cols} FROM {events} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`),
 	}
 }

@@ -96,6 +96,12 @@ func (s *Store) Schema() string { return s.cfg.Schema }
 // in decimal; notifications are coalesced, so one may stand for many events.
 func (s *Store) NotifyChannel() string { return "kumiko_events_" + s.cfg.Schema }
 
+// Subscribe returns a channel that receives a signal soon after events
+// appended through this store commit, without waiting for the database
+// notification: the in-process wake-up of consumers. Signals coalesce; call
+// cancel to stop receiving.
+func (s *Store) Subscribe() (wake <-chan struct{}, cancel func()) { return s.notifier.subscribe() }
+
 // WithTx runs fn in a new transaction and commits it when fn returns nil. Events
 // appended through AppendTx/AppendBatchTx inside fn are announced on
 // NotifyChannel after the commit and never when the transaction rolls back.

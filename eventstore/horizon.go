@@ -1,0 +1,63 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Horizon is what a reader needs to know to never skip an event that commits
+// late. Ids are allocated when an event is inserted, not when it commits, so
+// an id can become visible after higher ids were read. Every transaction that
+// inserts events holds a RowExclusiveLock on kumiko_events from before it
+// allocates its first id until after it commits or rolls back, so:
+//
+//   - every id up to LastID is settled (visible, or gone for good) once none
+//     of Writers — the transactions holding that lock when Horizon was read —
+//     is still running, and right away when Writers is empty;
+//   - a transaction that starts writing later can only allocate ids above
+//     LastID.
+//
+// LastID is read before Writers; reversed, a writer could allocate an id in
+// between and be missed. A transaction that holds no lock on kumiko_events
+// (one that never wrote an event) never delays anything.
+type Horizon struct {
+	// LastID is the highest id allocated so far (0 when none was).
+	LastID int64
+	// Writers are the virtual transaction ids of the other transactions
+	// holding a write lock on kumiko_events.
+	Writers []string
+}
+
+// HorizonTx reads the horizon in tx, whose own lock (if it appended events)
+// does not count. Call it before reading the events it is meant to judge: a
+// later statement sees every transaction that ended before.
+func (s *Store) HorizonTx(ctx context.Context, tx pgx.Tx) (Horizon, error) {
+	var h Horizon
+	if err := tx.QueryRow(ctx, s.sql.lastID).Scan(&h.LastID); err != nil {
+		return h, fmt.Errorf("horizon: last id: %w", err)
+	}
+	rows, err := tx.Query(ctx, s.sql.writers)
+	if err != nil {
+		return h, fmt.Errorf("horizon: writers: %w", err)
+	}
+	if h.Writers, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return h, fmt.Errorf("horizon: writers: %w", err)
+	}
+	return h, nil
+}
+
+// ReadRangeTx reads the events with after < id ≤ upTo in id order, at most
+// limit of them, upcast, in tx.
+func (s *Store) ReadRangeTx(ctx context.Context, tx pgx.Tx, after, upTo int64, limit int) ([]Event, error) {
+	rows, err := tx.Query(ctx, s.sql.readRange, after, upTo, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events %d..%d: %w", after, upTo, err)
+	}
+	evs, err := s.scanEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read events %d..%d: %w", after, upTo, err)
+	}
+	return evs, nil
+}
