@@ -1,0 +1,98 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+)
+
+// SharedInstance is the instance id of a shared consumer's state row: one
+// cursor that all processes take turns on.
+const SharedInstance = "__shared__"
+
+// Consumer states.
+const (
+	StatusIdle     = "idle"
+	StatusDead     = "dead"
+	StatusDisabled = "disabled"
+)
+
+// Consumer receives every committed event, in id order, at least once; with
+// a Handler that writes only in the pass transaction, exactly once in effect.
+type Consumer struct {
+	// Name identifies the consumer's state; unique in the app.
+	Name string
+	// Delivery is Shared (one process handles each event) or PerInstance
+	// (every process handles every event).
+	Delivery feature.Delivery
+	// Types limits delivery to these event types; nil = all. The cursor
+	// still moves over the others.
+	Types []string
+	// Handle applies one event inside the pass transaction, under a
+	// savepoint of its own: its writes commit with the cursor or not at all.
+	Handle func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error
+	// HandleBatch, when set instead of Handle, applies the events of a pass
+	// at once under one savepoint.
+	HandleBatch func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error
+	// MaxAttempts before the consumer is dead; default 10.
+	MaxAttempts int
+	// SkipApplyErrors moves past a failing event (counted as failed)
+	// instead of retrying it.
+	SkipApplyErrors bool
+	// StartFrom is where a consumer without state starts: the beginning of
+	// the log or its current end.
+	StartFrom feature.StartFrom
+	// BatchSize is the most events one pass reads; default 200.
+	BatchSize int
+	// RearmAfter, when positive, brings a dead consumer back to idle after
+	// this cooldown, at most MaxRearms times in a row.
+	RearmAfter time.Duration
+	MaxRearms  int
+}
+
+func (c Consumer) withDefaults() Consumer {
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = feature.DefaultMaxAttempts
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = feature.DefaultBatchSize
+	}
+	return c
+}
+
+func (c Consumer) validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("consumer: Name is required")
+	case (c.Handle == nil) == (c.HandleBatch == nil):
+		return fmt.Errorf("consumer %s: set exactly one of Handle and HandleBatch", c.Name)
+	}
+	return nil
+}
+
+// wants reports whether the consumer handles events of type typ.
+func (c Consumer) wants(typ string) bool {
+	if c.Types == nil {
+		return true
+	}
+	for _, t := range c.Types {
+		if t == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// instanceFor is the state row's instance id for this process.
+func (c Consumer) instanceFor(instanceID string) string {
+	if c.Delivery == feature.PerInstance {
+		return instanceID
+	}
+	return SharedInstance
+}

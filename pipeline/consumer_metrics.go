@@ -1,0 +1,64 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+)
+
+// consumerMetrics are the event dispatcher's Prometheus series.
+type consumerMetrics struct {
+	instance  string
+	processed *prometheus.CounterVec
+	failures  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	position  *prometheus.GaugeVec
+}
+
+func newConsumerMetrics(reg prometheus.Registerer, instance string) (*consumerMetrics, error) {
+	labels := []string{"consumer", "instance_id"}
+	m := &consumerMetrics{
+		instance: instance,
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kumiko_event_consumer_events_processed_total", Help: "Events a consumer applied.",
+		}, labels),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kumiko_event_consumer_events_failed_total", Help: "Event applications that failed.",
+		}, labels),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kumiko_event_consumer_delivery_latency_seconds",
+			Help:    "From the event's transaction start to its handler.",
+			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, labels),
+		position: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kumiko_event_consumer_cursor", Help: "The last event id a consumer shard processed.",
+		}, labels),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.position} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *consumerMetrics) delivered(consumer string, evs []eventstore.Event) {
+	m.processed.WithLabelValues(consumer, m.instance).Add(float64(len(evs)))
+	h := m.latency.WithLabelValues(consumer, m.instance)
+	for _, ev := range evs {
+		h.Observe(time.Since(ev.CreatedAt).Seconds())
+	}
+}
+
+func (m *consumerMetrics) failed(consumer string, n int) {
+	m.failures.WithLabelValues(consumer, m.instance).Add(float64(n))
+}
+
+func (m *consumerMetrics) cursor(consumer, instance string, id int64) {
+	m.position.WithLabelValues(consumer, instance).Set(float64(id))
+}

@@ -1,0 +1,263 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+)
+
+// EventDispatcherConfig configures an EventDispatcher.
+type EventDispatcherConfig struct {
+	// InstanceID names this process; per-instance consumers keep a state
+	// row under it. Required; "__shared__" is reserved.
+	InstanceID string
+	// PollInterval is the fallback wake-up when no notification arrives;
+	// default 500ms.
+	PollInterval time.Duration
+	// Logger default slog.Default().
+	Logger *slog.Logger
+	// Metrics registers the consumer series; nil keeps them unregistered.
+	Metrics prometheus.Registerer
+}
+
+// EventDispatcher delivers committed events to consumers, asynchronously and
+// across any number of processes. Each consumer runs its own loop: a pass
+// whenever it is woken (a database notification, an append in this process,
+// or the poll interval), more passes while a batch was full, and backoff
+// while the database fails.
+type EventDispatcher struct {
+	store     *eventstore.Store
+	pool      *pgxpool.Pool
+	cfg       EventDispatcherConfig
+	sql       consumerSQL
+	consumers []Consumer
+	metrics   *consumerMetrics
+
+	mu      sync.Mutex
+	wakers  []chan struct{}
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started bool
+}
+
+// NewEventDispatcher returns a dispatcher for consumers on store.
+func NewEventDispatcher(store *eventstore.Store, cfg EventDispatcherConfig, consumers ...Consumer) (*EventDispatcher, error) {
+	if cfg.InstanceID == "" {
+		return nil, errors.New("event dispatcher: InstanceID is required")
+	}
+	if cfg.InstanceID == SharedInstance {
+		return nil, fmt.Errorf("event dispatcher: instance id %q is reserved", SharedInstance)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m, err := newConsumerMetrics(cfg.Metrics, cfg.InstanceID)
+	if err != nil {
+		return nil, fmt.Errorf("event dispatcher: metrics: %w", err)
+	}
+	e := &EventDispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m,
+		sql: newConsumerSQL(pgx.Identifier{store.Schema(), "kumiko_event_consumers"}.Sanitize())}
+	seen := map[string]bool{}
+	for _, c := range consumers {
+		c = c.withDefaults()
+		if err := c.validate(); err != nil {
+			return nil, err
+		}
+		if seen[c.Name] {
+			return nil, fmt.Errorf("event dispatcher: consumer %s twice", c.Name)
+		}
+		seen[c.Name] = true
+		e.consumers = append(e.consumers, c)
+	}
+	return e, nil
+}
+
+// Register creates the state row of every consumer shard of this process
+// that does not exist yet. An existing cursor is never moved back.
+func (e *EventDispatcher) Register(ctx context.Context) error {
+	var last int64
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		h, err := e.store.HorizonTx(ctx, tx)
+		last = h.LastID
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("register consumers: %w", err)
+	}
+	for _, c := range e.consumers {
+		start := int64(0)
+		if c.StartFrom == feature.FromNow {
+			start = last
+		}
+		if _, err := e.pool.Exec(ctx, e.sql.register, c.Name, c.instanceFor(e.cfg.InstanceID), start); err != nil {
+			return fmt.Errorf("register consumer %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+// RunPass runs one pass of the named consumer now, for tools and tests.
+func (e *EventDispatcher) RunPass(ctx context.Context, name string) (PassResult, error) {
+	for _, c := range e.consumers {
+		if c.Name == name {
+			return e.pass(ctx, c, c.instanceFor(e.cfg.InstanceID))
+		}
+	}
+	return PassResult{}, fmt.Errorf("no consumer %q", name)
+}
+
+// Start registers the consumers and starts their loops and the listener.
+// The loops run until Stop.
+func (e *EventDispatcher) Start(ctx context.Context) error {
+	if err := e.Register(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return errors.New("event dispatcher: already started")
+	}
+	e.started = true
+	// The loops outlive the start call: they stop through Stop.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	local, unsubscribe := e.store.Subscribe()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer unsubscribe()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-local:
+				e.wakeAll()
+			}
+		}
+	}()
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.listen(runCtx) }()
+	for _, c := range e.consumers {
+		wake := make(chan struct{}, 1)
+		e.wakers = append(e.wakers, wake)
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); e.loop(runCtx, c, wake) }()
+	}
+	return nil
+}
+
+// Stop ends the loops and waits for running passes to finish (their
+// transactions commit or roll back as a whole).
+func (e *EventDispatcher) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	cancel := e.cancel
+	e.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *EventDispatcher) wakeAll() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, w := range e.wakers {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// loop runs passes of one consumer until ctx ends.
+func (e *EventDispatcher) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
+	instance := c.instanceFor(e.cfg.InstanceID)
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		res, err := e.pass(ctx, c, instance)
+		wait := e.cfg.PollInterval
+		switch {
+		case err != nil && ctx.Err() == nil:
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			e.cfg.Logger.Warn("event dispatcher: pass failed; retrying", "consumer", c.Name, "instance_id", instance, "in", backoff, "err", err)
+			wait = backoff
+		case err == nil && res.More:
+			backoff = 0
+			continue
+		case err == nil && res.Failed != nil && !c.SkipApplyErrors:
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			wait = backoff // the same event again, after a pause
+		default:
+			backoff = 0
+		}
+		if err == nil && res.Locked {
+			e.metrics.cursor(c.Name, instance, res.Cursor)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// listen wakes the loops on every notification of committed events, on a
+// connection of its own that it re-opens after failures.
+func (e *EventDispatcher) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := e.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		e.cfg.Logger.Warn("event dispatcher: listener lost its connection; reconnecting", "in", backoff, "err", err)
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		timer.Stop()
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (e *EventDispatcher) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{e.store.NotifyChannel()}.Sanitize()); err != nil {
+		return err
+	}
+	e.wakeAll() // notifications may have been missed while disconnected
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		e.wakeAll()
+	}
+}

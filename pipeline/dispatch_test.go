@@ -1,0 +1,224 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+// recorder is a consumer that writes every event it applies into a table in
+// the pass transaction, keyed by event id: a duplicate apply fails loudly.
+func recorder(t *testing.T, db *kumikotest.DB, name string, delivery feature.Delivery) pipeline.Consumer {
+	t.Helper()
+	table := "seen_" + name
+	db.Exec(t, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (event_id bigint PRIMARY KEY, instance text NOT NULL, seq bigserial)`, table))
+	return pipeline.Consumer{
+		Name:     name,
+		Delivery: delivery,
+		Handle: func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
+			var instance string
+			if err := tx.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&instance); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO %s (event_id, instance) VALUES ($1, $2)", table), ev.ID, instance)
+			return err
+		},
+	}
+}
+
+func newEventDispatcher(t *testing.T, db *kumikotest.DB, instance string, consumers ...pipeline.Consumer) *pipeline.EventDispatcher {
+	t.Helper()
+	e, err := pipeline.NewEventDispatcher(db.Store, pipeline.EventDispatcherConfig{InstanceID: instance, PollInterval: 50 * time.Millisecond}, consumers...)
+	require.NoError(t, err)
+	require.NoError(t, e.Register(context.Background()))
+	return e
+}
+
+func appendOne(t *testing.T, s *eventstore.Store) eventstore.Event {
+	t.Helper()
+	res, err := s.Append(context.Background(), eventstore.Stream{TenantID: tenantA, AggregateType: "thing"}, 0,
+		eventstore.NewEvent{Type: "thing.made", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	return res.Events[0]
+}
+
+func seen(t *testing.T, db *kumikotest.DB, name string) []int64 {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), "SELECT event_id FROM seen_"+name+" ORDER BY seq")
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return ids
+}
+
+// A writer holds its transaction open after allocating an id while later
+// events commit: the consumer delivers what precedes the gap, waits at it,
+// and delivers the late event once it commits — in order. An open
+// transaction that wrote no events delays nothing, and a rolled-back id is
+// passed once its writer is gone.
+func TestLateCommitIsNeverSkipped(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	s := db.Store
+	c := recorder(t, db, "late", feature.Shared)
+	e := newEventDispatcher(t, db, "p1", c)
+
+	first := appendOne(t, s)
+
+	// An idle transaction that only read: not a writer.
+	idle, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer idle.Rollback(ctx)
+	_, err = idle.Exec(ctx, "SELECT count(*) FROM kumiko_events")
+	require.NoError(t, err)
+
+	slow, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer slow.Rollback(ctx)
+	late, err := s.AppendTx(ctx, slow, eventstore.Stream{TenantID: tenantA, AggregateType: "thing"}, 0,
+		eventstore.NewEvent{Type: "thing.made", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	after := []eventstore.Event{appendOne(t, s), appendOne(t, s)}
+	require.Greater(t, after[0].ID, late.Events[0].ID)
+
+	res, err := e.RunPass(ctx, "late")
+	require.NoError(t, err)
+	require.Equal(t, []int64{first.ID}, seen(t, db, "late"), "delivery stops at the open writer's id")
+	require.Equal(t, first.ID, res.Cursor)
+	for range 3 {
+		_, err = e.RunPass(ctx, "late")
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int64{first.ID}, seen(t, db, "late"), "and keeps waiting while it is open")
+
+	require.NoError(t, slow.Commit(ctx))
+	_, err = e.RunPass(ctx, "late")
+	require.NoError(t, err)
+	require.Equal(t, []int64{first.ID, late.Events[0].ID, after[0].ID, after[1].ID}, seen(t, db, "late"),
+		"the late event is delivered, in id order, with nothing skipped")
+
+	// A rolled-back writer leaves a gap that is passed.
+	gone, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = s.AppendTx(ctx, gone, eventstore.Stream{TenantID: tenantA, AggregateType: "thing"}, 0,
+		eventstore.NewEvent{Type: "thing.made", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	next := appendOne(t, s)
+	_, err = e.RunPass(ctx, "late")
+	require.NoError(t, err)
+	require.Len(t, seen(t, db, "late"), 4, "waiting for the open writer")
+	require.NoError(t, gone.Rollback(ctx))
+	res, err = e.RunPass(ctx, "late")
+	require.NoError(t, err)
+	ids := seen(t, db, "late")
+	require.Equal(t, next.ID, ids[len(ids)-1], "the rolled-back id is passed")
+	require.Equal(t, next.ID, res.Cursor)
+
+	// The idle reader is still open and never delayed anything.
+	require.NoError(t, idle.Rollback(ctx))
+}
+
+// Several dispatchers on one shared consumer, many concurrent writers: every
+// event applied exactly once, in id order.
+func TestSharedConsumerExactlyOnceAcrossDispatchers(t *testing.T) {
+	t.Parallel()
+	const (
+		dispatchers = 4
+		writers     = 8
+		perWriter   = 2500 // 20,000 events
+	)
+	db := kumikotest.NewDB(t, kumikotest.MaxConns(40))
+	ctx := context.Background()
+	var ds []*pipeline.EventDispatcher
+	for i := range dispatchers {
+		c := recorder(t, db, "shared", feature.Shared)
+		c.BatchSize = 100
+		d := newEventDispatcher(t, db, fmt.Sprintf("p%d", i), c)
+		require.NoError(t, d.Start(ctx))
+		ds = append(ds, d)
+	}
+	t.Cleanup(func() {
+		for _, d := range ds {
+			require.NoError(t, d.Stop(context.Background()))
+		}
+	})
+
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := 0; i < perWriter; i += 10 {
+				batch := make([]eventstore.NewEvent, 10)
+				for j := range batch {
+					batch[j] = eventstore.NewEvent{Type: "thing.made", Payload: json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i+j))}
+				}
+				// Some writers append in transactions that take a while, so
+				// commits land out of id order.
+				err := db.Store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+					if _, err := db.Store.AppendTx(ctx, tx, eventstore.Stream{TenantID: tenantA, AggregateType: "thing", AggregateID: uuid.Must(uuid.NewV7())}, 0, batch...); err != nil {
+						return err
+					}
+					if w%2 == 0 {
+						_, err := tx.Exec(ctx, "SELECT pg_sleep(0.002)")
+						return err
+					}
+					return nil
+				})
+				require.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	total := writers * perWriter
+	require.Eventually(t, func() bool {
+		return db.Count(t, "SELECT count(*) FROM seen_shared") == total
+	}, 60*time.Second, 20*time.Millisecond, "all %d events applied", total)
+
+	ids := seen(t, db, "shared")
+	require.Len(t, ids, total)
+	for i := 1; i < len(ids); i++ {
+		require.Less(t, ids[i-1], ids[i], "applied in id order")
+	}
+	require.Equal(t, total, db.Count(t, "SELECT count(*) FROM kumiko_events"))
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'shared'"))
+}
+
+// Per-instance consumers: every process sees every event, each on its own
+// state row; no shared row exists.
+func TestPerInstanceEveryProcessSeesEverything(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	var ds []*pipeline.EventDispatcher
+	for _, instance := range []string{"a", "b", "c"} {
+		c := recorder(t, db, "local_"+instance, feature.PerInstance)
+		c.Name = "local"
+		d := newEventDispatcher(t, db, instance, c)
+		ds = append(ds, d)
+	}
+	for range 25 {
+		appendOne(t, db.Store)
+	}
+	for _, d := range ds {
+		res, err := d.RunPass(ctx, "local")
+		require.NoError(t, err)
+		require.True(t, res.Locked, "per-instance rows never contend")
+	}
+	for _, instance := range []string{"a", "b", "c"} {
+		require.Len(t, seen(t, db, "local_"+instance), 25, instance)
+	}
+	require.Equal(t, 3, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'local'"))
+	require.Equal(t, 0, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE instance_id = '__shared__'"))
+}

@@ -1,0 +1,231 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+)
+
+// consumerSQL holds the statements on kumiko_event_consumers.
+type consumerSQL struct {
+	register, lock, save string
+}
+
+func newConsumerSQL(table string) consumerSQL {
+	return consumerSQL{
+		register: `INSERT INTO ` + table + ` (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)
+ON CONFLICT (name, instance_id) DO NOTHING`,
+		lock: `SELECT last_processed_event_id, status, attempts, gap_horizon, gap_writers, updated_at FROM ` + table + `
+WHERE name = $1 AND instance_id = $2 FOR UPDATE SKIP LOCKED`,
+		save: `UPDATE ` + table + ` SET last_processed_event_id = $3, status = $4, attempts = $5, last_error = $6,
+	gap_horizon = $7, gap_writers = $8, updated_at = now()
+WHERE name = $1 AND instance_id = $2`,
+	}
+}
+
+// shard is a consumer's state row as a pass reads and writes it.
+type shard struct {
+	cursor     int64
+	status     string
+	attempts   int
+	lastError  string
+	gapHorizon int64
+	gapWriters []string
+	updatedAt  time.Time
+}
+
+// PassResult says what one pass did.
+type PassResult struct {
+	// Locked is false when another process held the shard: nothing was done.
+	Locked bool
+	// Handled counts the events passed to the handler and applied.
+	Handled int
+	// Cursor is the shard's cursor after the pass.
+	Cursor int64
+	// More reports that events may be waiting beyond this pass's batch.
+	More bool
+	// Failed is the error of an event that failed; the cursor stays
+	// before it unless the consumer skips apply errors.
+	Failed error
+}
+
+// pass runs one pass of consumer c on its shard for instance: lock the state
+// row (SKIP LOCKED: a locked row is another process's turn), work out how far
+// the log is settled, read a batch, apply it event by event under savepoints,
+// and write the new cursor — all in one transaction, so applied effects and
+// the cursor commit together.
+//
+// No committed event is ever skipped: an event is delivered only when no
+// lower id can still appear, that is when it directly follows the cursor or
+// lies below a settled horizon (see eventstore.Horizon). A gap is judged once:
+// the horizon and the writers in flight when it was seen are stored on the
+// row, and the gap is passed as soon as those writers have all ended —
+// transactions that start later, or never write events, cannot delay it.
+func (e *EventDispatcher) pass(ctx context.Context, c Consumer, instance string) (PassResult, error) {
+	var res PassResult
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var sh shard
+		err := tx.QueryRow(ctx, e.sql.lock, c.Name, instance).Scan(&sh.cursor, &sh.status, &sh.attempts, &sh.gapHorizon, &sh.gapWriters, &sh.updatedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // another process has this turn (or the row is gone)
+		}
+		if err != nil {
+			return fmt.Errorf("lock %s/%s: %w", c.Name, instance, err)
+		}
+		res.Locked, res.Cursor = true, sh.cursor
+		if sh.status == StatusDead && c.RearmAfter > 0 && time.Since(sh.updatedAt) >= c.RearmAfter && sh.attempts < c.MaxAttempts+c.MaxRearms {
+			sh.status = StatusIdle // bounded automatic re-arm; attempts keep counting
+		}
+		if sh.status != StatusIdle {
+			return nil
+		}
+
+		h, err := e.store.HorizonTx(ctx, tx)
+		if err != nil {
+			return err
+		}
+		settled := sh.cursor
+		switch {
+		case len(h.Writers) == 0:
+			settled = h.LastID
+		case sh.gapHorizon > sh.cursor && !overlaps(sh.gapWriters, h.Writers):
+			settled = sh.gapHorizon
+		}
+		evs, err := e.store.ReadRangeTx(ctx, tx, sh.cursor, h.LastID, c.BatchSize)
+		if err != nil {
+			return err
+		}
+
+		deliver := evs
+		for i, ev := range evs {
+			prev := sh.cursor
+			if i > 0 {
+				prev = evs[i-1].ID
+			}
+			if ev.ID > settled && ev.ID != prev+1 {
+				deliver = evs[:i] // an unsettled gap before ev: wait
+				break
+			}
+		}
+		handled, next, failed := e.apply(ctx, tx, c, sh.cursor, deliver)
+		res.Handled, res.Failed = handled, failed
+
+		switch {
+		case failed != nil && !c.SkipApplyErrors:
+			sh.attempts++
+			sh.lastError = truncate(failed.Error(), 2000)
+			if sh.attempts >= c.MaxAttempts {
+				sh.status = StatusDead
+			}
+		case len(deliver) > 0 || handled > 0:
+			sh.attempts, sh.lastError = 0, ""
+		}
+		if failed == nil && len(deliver) == len(evs) && len(evs) < c.BatchSize {
+			// Everything visible up to the settled point is done: what is
+			// missing below it will never appear.
+			next = max(next, min(settled, h.LastID))
+		}
+		res.More = len(evs) == c.BatchSize && failed == nil
+		if len(deliver) < len(evs) && (sh.gapHorizon <= next || overlapsNone(sh.gapWriters, h.Writers)) {
+			// A new gap: remember what settles it.
+			sh.gapHorizon, sh.gapWriters = h.LastID, h.Writers
+		}
+		if sh.gapHorizon <= next {
+			sh.gapHorizon, sh.gapWriters = 0, []string{}
+		}
+		sh.cursor, res.Cursor = next, next
+		if _, err := tx.Exec(ctx, e.sql.save, c.Name, instance, sh.cursor, sh.status, sh.attempts, sh.lastError, sh.gapHorizon, sh.gapWriters); err != nil {
+			return fmt.Errorf("save %s/%s: %w", c.Name, instance, err)
+		}
+		return nil
+	})
+	return res, err
+}
+
+// apply hands the events to the consumer in order and returns how many it
+// applied, the cursor after the last one passed, and the error of the event
+// that stopped it (skipped past with SkipApplyErrors).
+func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event) (handled int, next int64, failed error) {
+	next = cursor
+	if c.HandleBatch != nil {
+		var wanted []eventstore.Event
+		for _, ev := range evs {
+			if c.wants(ev.Type) {
+				wanted = append(wanted, ev)
+			}
+		}
+		if len(wanted) > 0 {
+			if err := savepoint(ctx, tx, func(sp pgx.Tx) error { return c.HandleBatch(ctx, sp, wanted) }); err != nil {
+				e.metrics.failed(c.Name, len(wanted))
+				if !c.SkipApplyErrors {
+					return 0, cursor, err
+				}
+				failed = err
+			} else {
+				handled = len(wanted)
+				e.metrics.delivered(c.Name, wanted)
+			}
+		}
+		if len(evs) > 0 {
+			next = evs[len(evs)-1].ID
+		}
+		return handled, next, failed
+	}
+	for _, ev := range evs {
+		if c.wants(ev.Type) {
+			if err := savepoint(ctx, tx, func(sp pgx.Tx) error { return c.Handle(ctx, sp, ev) }); err != nil {
+				e.metrics.failed(c.Name, 1)
+				err = fmt.Errorf("event %d (%s): %w", ev.ID, ev.Type, err)
+				if !c.SkipApplyErrors {
+					return handled, next, err
+				}
+				failed = err
+			} else {
+				handled++
+				e.metrics.delivered(c.Name, []eventstore.Event{ev})
+			}
+		}
+		next = ev.ID
+	}
+	return handled, next, failed
+}
+
+// savepoint runs fn under a savepoint of tx and rolls back to it on error,
+// leaving tx usable.
+func savepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(sp); err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil {
+			return errors.Join(err, rbErr)
+		}
+		return err
+	}
+	return sp.Commit(ctx)
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+func overlapsNone(a, b []string) bool { return len(a) == 0 || !overlaps(a, b) }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
