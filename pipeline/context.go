@@ -22,6 +22,9 @@ type commandContext struct {
 	d       *Dispatcher
 	c       *Caller
 	feature string
+	// causation is the id of the event being applied, for events a
+	// consumer appends in reaction; "" in requests.
+	causation string
 }
 
 var _ feature.CommandContext = (*commandContext)(nil)
@@ -118,7 +121,7 @@ func (cc *commandContext) SnapshotAggregate(spec feature.SnapshotSpec) error {
 }
 
 func (cc *commandContext) AppendEvent(spec feature.AppendSpec) (feature.EventRef, error) {
-	ev, err := cc.d.appendSpec(cc.ctx, cc.tx, cc.c, cc.tenantFor(spec.AggregateType), cc.feature, spec, "")
+	ev, err := cc.d.appendSpec(cc.ctx, cc.tx, cc.c, cc.tenantFor(spec.AggregateType), cc.feature, spec, cc.causation)
 	if err != nil {
 		return feature.EventRef{}, err
 	}
@@ -130,7 +133,7 @@ func (cc *commandContext) TryAppendEvent(spec feature.AppendSpec) (feature.Event
 	if err != nil {
 		return feature.EventRef{}, false, err
 	}
-	ev, err := cc.d.appendSpec(cc.ctx, sp, cc.c, cc.tenantFor(spec.AggregateType), cc.feature, spec, "")
+	ev, err := cc.d.appendSpec(cc.ctx, sp, cc.c, cc.tenantFor(spec.AggregateType), cc.feature, spec, cc.causation)
 	if errors.Is(err, eventstore.ErrVersionConflict) {
 		if rbErr := sp.Rollback(cc.ctx); rbErr != nil {
 			return feature.EventRef{}, false, rbErr
@@ -249,7 +252,7 @@ func (a *aggregate) State() map[string]any {
 func (a *aggregate) Append(eventType string, payload any) error {
 	ev, err := a.cc.d.appendSpec(a.cc.ctx, a.cc.tx, a.cc.c, a.cc.tenantFor(a.typ), a.cc.feature, feature.AppendSpec{
 		AggregateID: a.id, AggregateType: a.typ, Type: eventType, Payload: payload, ExpectedVersion: a.version,
-	}, "")
+	}, a.cc.causation)
 	if err != nil {
 		return err
 	}

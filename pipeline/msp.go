@@ -1,0 +1,73 @@
+package pipeline
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// Consumers returns a consumer for every multi-stream projection of the
+// registry, to run on an EventDispatcher. Each applies its events inside the
+// pass transaction (a table-backed projection's rows commit with the cursor)
+// and sees them upcast, as every read does.
+func (d *Dispatcher) Consumers() []Consumer {
+	var out []Consumer
+	for _, m := range d.reg.MSPs() {
+		table := ""
+		if t, ok := m.Table(); ok {
+			table = d.qualify(t.Name)
+		}
+		out = append(out, Consumer{
+			Name:            m.Name(),
+			Delivery:        m.Delivery(),
+			Types:           m.Events(),
+			MaxAttempts:     m.MaxAttempts(),
+			SkipApplyErrors: m.SkipApplyErrors(),
+			StartFrom:       m.StartFrom(),
+			BatchSize:       m.BatchSize(),
+			Handle: func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
+				return d.applyMSP(ctx, tx, m, table, ev)
+			},
+		})
+	}
+	return out
+}
+
+// applyMSP runs a projection's apply function for ev. Events it appends are
+// caused by ev, inherit its correlation id, run as its user in its tenant,
+// and must be events the projection's feature may emit.
+func (d *Dispatcher) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, table string, ev eventstore.Event) error {
+	apply, ok := m.Apply(ev.Type)
+	if !ok {
+		return nil
+	}
+	c := &Caller{
+		User:          feature.User{ID: ev.Metadata.UserID, TenantID: ev.TenantID, Authenticated: ev.Metadata.UserID != ""},
+		RequestID:     ev.Metadata.RequestID,
+		CorrelationID: ev.Metadata.CorrelationID,
+	}
+	ac := &applyContext{
+		commandContext: commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: m.Feature(), causation: strconv.FormatInt(ev.ID, 10)},
+		table:          table,
+	}
+	return apply(ac, featureEvent(ev))
+}
+
+// applyContext is the feature.ApplyContext of one multi-stream projection
+// event: the command context of the event's tenant and user, in the pass
+// transaction.
+type applyContext struct {
+	commandContext
+	table string
+}
+
+var _ feature.ApplyContext = (*applyContext)(nil)
+
+// Table is the projection's schema-qualified table, "" for side-effect
+// consumers.
+func (a *applyContext) Table() string { return a.table }

@@ -1,0 +1,137 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+type contactWelcomed struct {
+	Channel string `json:"channel" validate:"required"`
+}
+
+// crm has a counting projection with a table and a saga that appends an
+// event in reaction; flags records the reason of every note.flagged it sees.
+var crm = feature.Define("crm", func(r *feature.Registrar) {
+	r.Entity("contact", feature.Fields{"name": feature.Text().Required()})
+	r.Crud("contact", feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()})
+	r.DefineEvent("contact.welcomed", contactWelcomed{})
+	r.MultiStreamProjection(feature.MSP{
+		Name: "contact-counter",
+		Table: &feature.TableDef{Name: "contact_counts", Columns: []feature.Column{
+			{Name: "tenant_id", Type: "uuid", NotNull: true},
+			{Name: "n", Type: "bigint", NotNull: true},
+		}, PrimaryKey: []string{"tenant_id"}},
+		Apply: map[string]feature.ApplyFunc{
+			"contact.created": func(ctx feature.ApplyContext, e feature.Event) error {
+				_, err := ctx.DB().Exec(ctx.Context(), "INSERT INTO "+ctx.Table()+` AS t (tenant_id, n) VALUES ($1, 1)
+					ON CONFLICT (tenant_id) DO UPDATE SET n = t.n + 1`, ctx.Tenant())
+				return err
+			},
+		},
+	})
+	r.MultiStreamProjection(feature.MSP{
+		Name: "welcomer",
+		Apply: map[string]feature.ApplyFunc{
+			"contact.created": func(ctx feature.ApplyContext, e feature.Event) error {
+				_, err := ctx.AppendEvent(feature.AppendSpec{AggregateID: e.AggregateID, AggregateType: "contact",
+					Type: "contact.welcomed", Payload: contactWelcomed{Channel: "mail"}, ExpectedVersion: feature.AnyVersion})
+				return err
+			},
+		},
+	})
+	r.MultiStreamProjection(feature.MSP{
+		Name: "flag-log",
+		Table: &feature.TableDef{Name: "flag_log", Columns: []feature.Column{
+			{Name: "tenant_id", Type: "uuid", NotNull: true},
+			{Name: "event_id", Type: "bigint", NotNull: true},
+			{Name: "reason", Type: "text"},
+			{Name: "severity", Type: "text"},
+		}, PrimaryKey: []string{"event_id"}},
+		Apply: map[string]feature.ApplyFunc{
+			"note.flagged": func(ctx feature.ApplyContext, e feature.Event) error {
+				p, err := feature.Decode[NoteFlagged](e)
+				if err != nil {
+					return err
+				}
+				_, err = ctx.DB().Exec(ctx.Context(), "INSERT INTO "+ctx.Table()+" (tenant_id, event_id, reason, severity) VALUES ($1, $2, $3, $4)",
+					ctx.Tenant(), e.ID, p.Reason, p.Severity)
+				return err
+			},
+		},
+	})
+})
+
+func runAll(t *testing.T, e *pipeline.EventDispatcher, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		for {
+			res, err := e.RunPass(context.Background(), n)
+			require.NoError(t, err)
+			if !res.More {
+				break
+			}
+		}
+	}
+}
+
+func TestMultiStreamProjections(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
+	e, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	require.NoError(t, err)
+	require.NoError(t, e.Register(ctx))
+
+	a1 := write(t, app, alice, "contact.create", `{"name":"Ann"}`)
+	write(t, app, alice, "contact.create", `{"name":"Al"}`)
+	write(t, app, bob, "contact.create", `{"name":"Bo"}`)
+	runAll(t, e, "contact-counter", "welcomer")
+
+	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantA))
+	require.Equal(t, 1, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantB))
+
+	// The saga's event: caused by the created event, correlated with the
+	// request that created the contact, in the contact's tenant.
+	var created, causation, correlation, tenant string
+	require.NoError(t, app.Pool.QueryRow(ctx, `SELECT c.id::text, w.metadata->>'causationId', w.metadata->>'correlationId', w.tenant_id::text
+		FROM kumiko_events c JOIN kumiko_events w ON w.aggregate_id = c.aggregate_id AND w.type = 'contact.welcomed'
+		WHERE c.type = 'contact.created' AND c.aggregate_id = $1`, a1["id"]).Scan(&created, &causation, &correlation, &tenant))
+	require.Equal(t, created, causation)
+	require.Equal(t, "corr-alice", correlation)
+	require.Equal(t, tenantA.String(), tenant)
+	require.Equal(t, 3, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE type = 'contact.welcomed'"))
+	detail := row(t, query(t, app, alice, "contact.detail", fmt.Sprintf(`{"id":%q}`, a1["id"])))
+	require.Equal(t, float64(2), detail["version"], "the saga's event moved the contact's row version")
+
+	// Running the passes again changes nothing: each event was applied once.
+	runAll(t, e, "contact-counter", "welcomer")
+	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantA))
+	require.Equal(t, 3, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE type = 'contact.welcomed'"))
+}
+
+// Live delivery upcasts: an event stored at version 1 reaches the projection
+// at the current version.
+func TestMultiStreamProjectionsSeeUpcastEvents(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
+	e, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	require.NoError(t, err)
+	require.NoError(t, e.Register(ctx))
+	n := write(t, app, alice, "note.create", `{"title":"x"}`)
+	app.Exec(t, `INSERT INTO kumiko_events (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload)
+		VALUES ($1, 'note', $2, 2, 'note.flagged', 1, '{"why":"spam"}')`, n["id"], tenantA)
+	runAll(t, e, "flag-log")
+	var reason, severity, id string
+	require.NoError(t, app.Pool.QueryRow(ctx, "SELECT reason, severity, event_id::text FROM flag_log").Scan(&reason, &severity, &id))
+	require.Equal(t, "spam", reason)
+	require.Equal(t, "low", severity)
+	_, err = strconv.Atoi(id)
+	require.NoError(t, err)
+}
