@@ -54,16 +54,23 @@ func NewCommand(cfg Config, features ...*feature.Feature) *cobra.Command {
 	root := &cobra.Command{Use: name, Short: name + ", a kumiko application", SilenceUsage: true}
 	root.AddCommand(&cobra.Command{
 		Use:   "serve",
-		Short: "Run the HTTP API",
+		Short: "Run the HTTP API and deliver events to consumers",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serveCommand(cmd.Context(), cmd.OutOrStdout(), cfg, features)
+			return serveCommand(cmd.Context(), cmd.OutOrStdout(), cfg, features, true)
+		},
+	}, &cobra.Command{
+		Use:   "worker",
+		Short: "Only deliver events to consumers (no HTTP API)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serveCommand(cmd.Context(), cmd.OutOrStdout(), cfg, features, false)
 		},
 	})
 	return root
 }
 
-func serveCommand(ctx context.Context, out io.Writer, cfg Config, features []*feature.Feature) error {
+func serveCommand(ctx context.Context, out io.Writer, cfg Config, features []*feature.Feature, withHTTP bool) error {
 	cfg = cfg.FromEnv().WithDefaults()
 	dev := false
 	if cfg.DatabaseURL == "" {
@@ -77,7 +84,11 @@ func serveCommand(ctx context.Context, out io.Writer, cfg Config, features []*fe
 		cfg.Logger.Warn("kumiko: no KUMIKO_JWT_SECRET; using the development secret")
 		cfg.JWTSecret, dev = devJWTSecret, true
 	}
-	app, err := BuildServer(ctx, cfg, features...)
+	build := BuildServer
+	if !withHTTP {
+		build = BuildWorker
+	}
+	app, err := build(ctx, cfg, features...)
 	if err != nil {
 		return err
 	}
@@ -87,8 +98,11 @@ func serveCommand(ctx context.Context, out io.Writer, cfg Config, features []*fe
 	if err != nil {
 		return err
 	}
-	if dev {
+	if dev && withHTTP {
 		printDevHelp(out, app)
+	}
+	if !withHTTP {
+		fmt.Fprintf(out, "%s worker %s is delivering events\n", cfg.Name, app.Parts().Config.InstanceID)
 	}
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.WithDefaults().ShutdownTimeout+5*time.Second)

@@ -24,13 +24,15 @@ import (
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// Parts are the wired components of a server, for tools and tests.
+// Parts are the wired components of a server, for tools and tests. HTTP and
+// Idempotency are nil in a worker.
 type Parts struct {
 	Config      Config
 	Pool        *pgxpool.Pool
 	Store       *eventstore.Store
 	Registry    *registry.Registry
 	Dispatcher  *pipeline.Dispatcher
+	Events      *pipeline.EventDispatcher
 	Idempotency idempotency.Store
 	HTTP        *khttp.Server
 	Metrics     *prometheus.Registry
@@ -54,25 +56,40 @@ type listenAddr struct {
 func (l *listenAddr) set(a string) { l.mu.Lock(); l.addr = a; l.mu.Unlock() }
 func (l *listenAddr) get() string  { l.mu.Lock(); defer l.mu.Unlock(); return l.addr }
 
-// BuildServer validates cfg, compiles the features and wires the server. It
-// does not touch the network: that happens in Start.
+// BuildServer validates cfg, compiles the features and wires the server: the
+// HTTP API and the event dispatcher. It does not touch the network: that
+// happens in Start.
 func BuildServer(ctx context.Context, cfg Config, features ...*feature.Feature) (*App, error) {
+	return build(ctx, cfg, true, features)
+}
+
+// BuildWorker is BuildServer without the HTTP API: a process that only
+// delivers events to consumers (the worker side of an API/worker split).
+func BuildWorker(ctx context.Context, cfg Config, features ...*feature.Feature) (*App, error) {
+	return build(ctx, cfg, false, features)
+}
+
+func build(ctx context.Context, cfg Config, withHTTP bool, features []*feature.Feature) (*App, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("kumiko: %w", err)
 	}
 	cfg = cfg.resolveInstanceID()
 	a := &App{}
-	a.app = fx.New(
+	targets := []any{&a.parts.Config, &a.parts.Pool, &a.parts.Store, &a.parts.Registry, &a.parts.Dispatcher, &a.parts.Events, &a.parts.Metrics}
+	opts := []fx.Option{
 		fx.WithLogger(func() fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: cfg.Logger.With("component", "fx")}
 			l.UseLogLevel(slog.LevelDebug) // wiring details; failures still log as errors
 			return l
 		}),
-		Module(ctx, cfg, features...),
-		fx.Populate(&a.addr, &a.parts.Config, &a.parts.Pool, &a.parts.Store, &a.parts.Registry, &a.parts.Dispatcher,
-			&a.parts.Idempotency, &a.parts.HTTP, &a.parts.Metrics),
-	)
+		core(ctx, cfg, features),
+	}
+	if withHTTP {
+		opts = append(opts, api())
+		targets = append(targets, &a.addr, &a.parts.Idempotency, &a.parts.HTTP)
+	}
+	a.app = fx.New(append(opts, fx.Populate(targets...))...)
 	if err := a.app.Err(); err != nil {
 		return nil, fmt.Errorf("kumiko: %w", err)
 	}
@@ -93,19 +110,34 @@ func (a *App) Parts() Parts { return a.parts }
 
 // Module is the fx module of a kumiko server, for applications that build
 // their own fx graph. It provides the Config, the pool, the event store, the
-// registry, the dispatcher, the idempotency store, the Prometheus registry
-// and the HTTP server, and hooks their start and stop into the lifecycle.
-// cfg must already be validated (BuildServer does that).
+// registry, the dispatcher, the event dispatcher, the idempotency store, the
+// Prometheus registry and the HTTP server, and hooks their start and stop
+// into the lifecycle. cfg must already be validated (BuildServer does that).
 func Module(ctx context.Context, cfg Config, features ...*feature.Feature) fx.Option {
+	return fx.Options(core(ctx, cfg, features), api())
+}
+
+// core is everything but the HTTP API.
+func core(ctx context.Context, cfg Config, features []*feature.Feature) fx.Option {
 	return fx.Module("kumiko",
 		fx.Supply(cfg, features, buildContext{ctx}),
 		fx.Provide(
-			func() *listenAddr { return &listenAddr{} },
 			newMetrics,
 			newRegistry,
 			newPool,
 			newStore,
 			newDispatcher,
+			newEventDispatcher,
+		),
+		fx.Invoke(func(*pipeline.EventDispatcher) {}), // always deliver events
+	)
+}
+
+// api is the HTTP side: the idempotency store, the server and its listener.
+func api() fx.Option {
+	return fx.Module("kumiko.http",
+		fx.Provide(
+			func() *listenAddr { return &listenAddr{} },
 			newIdempotency,
 			newHTTP,
 		),
@@ -171,6 +203,28 @@ func newDispatcher(lc fx.Lifecycle, cfg Config, reg *registry.Registry, store *e
 	}
 	lc.Append(fx.StartHook(d.EnsureSchema))
 	return d, nil
+}
+
+// eventDispatcherIn are the event dispatcher's dependencies; the HTTP server
+// is absent in a worker.
+type eventDispatcherIn struct {
+	fx.In
+	Lifecycle  fx.Lifecycle
+	Config     Config
+	Store      *eventstore.Store
+	Dispatcher *pipeline.Dispatcher
+	Metrics    *prometheus.Registry
+}
+
+func newEventDispatcher(in eventDispatcherIn) (*pipeline.EventDispatcher, error) {
+	e, err := pipeline.NewEventDispatcher(in.Store, pipeline.EventDispatcherConfig{
+		InstanceID: in.Config.InstanceID, Logger: in.Config.Logger, Metrics: in.Metrics,
+	}, in.Dispatcher.Consumers()...)
+	if err != nil {
+		return nil, err
+	}
+	in.Lifecycle.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
+	return e, nil
 }
 
 func newIdempotency(lc fx.Lifecycle, cfg Config) (idempotency.Store, error) {

@@ -1,0 +1,68 @@
+package kumiko_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/feature"
+	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/kumiko"
+	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/samples/tasks"
+)
+
+// counter counts created tasks per tenant, asynchronously.
+var counter = feature.Define("counter", func(r *feature.Registrar) {
+	r.MultiStreamProjection(feature.MSP{
+		Name: "task-counter",
+		Table: &feature.TableDef{Name: "task_counts", Columns: []feature.Column{
+			{Name: "tenant_id", Type: "uuid", NotNull: true},
+			{Name: "n", Type: "bigint", NotNull: true},
+		}, PrimaryKey: []string{"tenant_id"}},
+		Apply: map[string]feature.ApplyFunc{
+			"task.created": func(ctx feature.ApplyContext, e feature.Event) error {
+				_, err := ctx.DB().Exec(ctx.Context(), "INSERT INTO "+ctx.Table()+` AS t (tenant_id, n) VALUES ($1, 1)
+					ON CONFLICT (tenant_id) DO UPDATE SET n = t.n + 1`, ctx.Tenant())
+				return err
+			},
+		},
+	})
+})
+
+// The API/worker split: a server without consumers of its own writes, a
+// worker delivers; and serve alone delivers too.
+func TestServeAndWorkerDeliverEvents(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	cfg := kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret, Addr: "127.0.0.1:0"}
+
+	api := cfg
+	api.InstanceID = "api-1"
+	server, err := kumiko.BuildServer(ctx, api, tasks.Feature, counter)
+	require.NoError(t, err)
+	require.NoError(t, server.Start(ctx))
+	t.Cleanup(func() { _ = server.Stop(context.Background()) })
+
+	wcfg := cfg
+	wcfg.InstanceID = "worker-1"
+	worker, err := kumiko.BuildWorker(ctx, wcfg, tasks.Feature, counter)
+	require.NoError(t, err)
+	require.Nil(t, worker.Parts().HTTP, "a worker serves no HTTP")
+	require.NoError(t, worker.Start(ctx))
+	t.Cleanup(func() { _ = worker.Stop(context.Background()) })
+
+	token, err := khttp.IssueToken([]byte(secret), "u-1", "01900000-0000-7000-8000-000000000001", []string{"User"}, time.Minute)
+	require.NoError(t, err)
+	for range 5 {
+		post(t, "http://"+server.Addr()+"/api/write", token, `{"type":"task.create","payload":{"title":"t"}}`, http.StatusOK)
+	}
+	require.Eventually(t, func() bool {
+		return db.Count(t, "SELECT COALESCE(sum(n), 0) FROM task_counts") == 5
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'task-counter'"), "one shared shard")
+}
