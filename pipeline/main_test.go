@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 
 	"github.com/google/uuid"
@@ -15,7 +16,13 @@ import (
 	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if url := os.Getenv(childDispatcherEnv); url != "" {
+		runChildDispatcher(url) // a subprocess of TestDispatcherSurvivesSIGKILL
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 var (
 	tenantA = uuid.MustParse("0190a000-0000-7000-8000-00000000000a")
