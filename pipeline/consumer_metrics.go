@@ -15,6 +15,7 @@ type consumerMetrics struct {
 	failures  *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	position  *prometheus.GaugeVec
+	lag       *prometheus.GaugeVec
 }
 
 func newConsumerMetrics(reg prometheus.Registerer, instance string) (*consumerMetrics, error) {
@@ -35,11 +36,15 @@ func newConsumerMetrics(reg prometheus.Registerer, instance string) (*consumerMe
 		position: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kumiko_event_consumer_cursor", Help: "The last event id a consumer shard processed.",
 		}, labels),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kumiko_event_consumer_lag_events",
+			Help: "Event ids allocated beyond a consumer shard's cursor (rolled-back ids included), as of its last pass.",
+		}, labels),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.position} {
+	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.position, m.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -59,6 +64,7 @@ func (m *consumerMetrics) failed(consumer string, n int) {
 	m.failures.WithLabelValues(consumer, m.instance).Add(float64(n))
 }
 
-func (m *consumerMetrics) cursor(consumer, instance string, id int64) {
-	m.position.WithLabelValues(consumer, instance).Set(float64(id))
+func (m *consumerMetrics) cursor(consumer, instance string, cursor, head int64) {
+	m.position.WithLabelValues(consumer, instance).Set(float64(cursor))
+	m.lag.WithLabelValues(consumer, instance).Set(float64(max(head-cursor, 0)))
 }

@@ -211,8 +211,8 @@ func (e *EventDispatcher) loop(ctx context.Context, c Consumer, wake <-chan stru
 		default:
 			backoff = 0
 		}
-		if err == nil && res.Locked {
-			e.metrics.cursor(c.Name, instance, res.Cursor)
+		if err == nil && res.Locked && res.Head > 0 {
+			e.metrics.cursor(c.Name, instance, res.Cursor, res.Head)
 		}
 		timer := time.NewTimer(wait)
 		select {

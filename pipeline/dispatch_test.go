@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/eventstore"
@@ -221,4 +223,39 @@ func TestPerInstanceEveryProcessSeesEverything(t *testing.T) {
 	}
 	require.Equal(t, 3, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'local'"))
 	require.Equal(t, 0, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE instance_id = '__shared__'"))
+}
+
+func TestConsumerMetrics(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	c := recorder(t, db, "measured", feature.Shared)
+	e, err := pipeline.NewEventDispatcher(db.Store, pipeline.EventDispatcherConfig{InstanceID: "m1", PollInterval: 20 * time.Millisecond, Metrics: reg}, c)
+	require.NoError(t, err)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	for range 7 {
+		appendOne(t, db.Store)
+	}
+	require.Eventually(t, func() bool {
+		processed, ok1 := metricValue(t, reg, "kumiko_event_consumer_events_processed_total")
+		lag, ok2 := metricValue(t, reg, "kumiko_event_consumer_lag_events")
+		return ok1 && ok2 && processed == 7 && lag == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "kumiko_event_consumer_delivery_latency_seconds"))
+}
+
+// metricValue returns the value of a metric family's only series.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
 }

@@ -48,6 +48,8 @@ type PassResult struct {
 	Handled int
 	// Cursor is the shard's cursor after the pass.
 	Cursor int64
+	// Head is the highest event id allocated when the pass looked.
+	Head int64
 	// More reports that events may be waiting beyond this pass's batch.
 	More bool
 	// Failed is the error of an event that failed; the cursor stays
@@ -90,6 +92,7 @@ func (e *EventDispatcher) pass(ctx context.Context, c Consumer, instance string)
 		if err != nil {
 			return err
 		}
+		res.Head = h.LastID
 		settled := sh.cursor
 		switch {
 		case len(h.Writers) == 0:
