@@ -201,3 +201,18 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://db/app")
+	t.Setenv("KUMIKO_INSTANCE_ID", "pod-7")
+	t.Setenv("KUMIKO_ADDR", ":9999")
+	cfg := kumiko.Config{InstanceID: "explicit"}.FromEnv()
+	require.Equal(t, "postgres://db/app", cfg.DatabaseURL)
+	require.Equal(t, "explicit", cfg.InstanceID, "configured values win over the environment")
+	require.Equal(t, ":9999", cfg.Addr)
+	require.Equal(t, "pod-7", kumiko.Config{}.FromEnv().InstanceID)
+
+	t.Setenv("KUMIKO_INSTANCE_ID", "__shared__")
+	_, err := kumiko.BuildServer(context.Background(), kumiko.Config{JWTSecret: secret}.FromEnv(), tasks.Feature)
+	require.ErrorContains(t, err, `Config.InstanceID "__shared__" is reserved`)
+}
