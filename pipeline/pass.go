@@ -55,6 +55,9 @@ type PassResult struct {
 	// Failed is the error of an event that failed; the cursor stays
 	// before it unless the consumer skips apply errors.
 	Failed error
+
+	applied  []eventstore.Event // for the metrics, once committed
+	failures int
 }
 
 // pass runs one pass of consumer c on its shard for instance: lock the state
@@ -69,7 +72,22 @@ type PassResult struct {
 // the horizon and the writers in flight when it was seen are stored on the
 // row, and the gap is passed as soon as those writers have all ended —
 // transactions that start later, or never write events, cannot delay it.
+//
+// A pass first applies its events without savepoints; only when a handler
+// fails is the transaction rolled back and the pass run again with a
+// savepoint per event, to apply what precedes the failure and record it.
 func (e *EventDispatcher) pass(ctx context.Context, c Consumer, instance string) (PassResult, error) {
+	res, err := e.passOnce(ctx, c, instance, false)
+	if errors.Is(err, errHandlerFailed) {
+		return e.passOnce(ctx, c, instance, true)
+	}
+	return res, err
+}
+
+// errHandlerFailed aborts a pass run without savepoints.
+var errHandlerFailed = errors.New("handler failed")
+
+func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool) (PassResult, error) {
 	var res PassResult
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var sh shard
@@ -116,8 +134,11 @@ func (e *EventDispatcher) pass(ctx context.Context, c Consumer, instance string)
 				break
 			}
 		}
-		handled, next, failed := e.apply(ctx, tx, c, sh.cursor, deliver)
-		res.Handled, res.Failed = handled, failed
+		applied, next, failed, failures := e.apply(ctx, tx, c, sh.cursor, deliver, careful)
+		if failed != nil && !careful {
+			return errHandlerFailed
+		}
+		res.Handled, res.Failed, res.applied, res.failures = len(applied), failed, applied, failures
 
 		switch {
 		case failed != nil && !c.SkipApplyErrors:
@@ -126,7 +147,7 @@ func (e *EventDispatcher) pass(ctx context.Context, c Consumer, instance string)
 			if sh.attempts >= c.MaxAttempts {
 				sh.status = StatusDead
 			}
-		case len(deliver) > 0 || handled > 0:
+		case len(deliver) > 0:
 			sh.attempts, sh.lastError = 0, ""
 		}
 		if failed == nil && len(deliver) == len(evs) && len(evs) < c.BatchSize {
@@ -148,14 +169,27 @@ func (e *EventDispatcher) pass(ctx context.Context, c Consumer, instance string)
 		}
 		return nil
 	})
+	if err == nil {
+		e.metrics.delivered(c.Name, res.applied)
+		e.metrics.failed(c.Name, res.failures)
+	}
 	return res, err
 }
 
-// apply hands the events to the consumer in order and returns how many it
-// applied, the cursor after the last one passed, and the error of the event
-// that stopped it (skipped past with SkipApplyErrors).
-func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event) (handled int, next int64, failed error) {
+// apply hands the events to the consumer in order and returns the events it
+// applied, the cursor after the last one passed, the error of the event that
+// stopped it (or the last one skipped past, with SkipApplyErrors) and how
+// many applications failed.
+//
+// Without careful, handlers run directly in tx and the first failure ends
+// the apply (the caller then rolls back); with careful, each runs under a
+// savepoint.
+func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event, careful bool) (applied []eventstore.Event, next int64, failed error, failures int) {
 	next = cursor
+	guard := savepoint
+	if !careful {
+		guard = func(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error { return fn(tx) }
+	}
 	if c.HandleBatch != nil {
 		var wanted []eventstore.Event
 		for _, ev := range evs {
@@ -164,39 +198,36 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 			}
 		}
 		if len(wanted) > 0 {
-			if err := savepoint(ctx, tx, func(sp pgx.Tx) error { return c.HandleBatch(ctx, sp, wanted) }); err != nil {
-				e.metrics.failed(c.Name, len(wanted))
-				if !c.SkipApplyErrors {
-					return 0, cursor, err
+			if err := guard(ctx, tx, func(sp pgx.Tx) error { return c.HandleBatch(ctx, sp, wanted) }); err != nil {
+				if !careful || !c.SkipApplyErrors {
+					return nil, cursor, err, len(wanted)
 				}
-				failed = err
+				failed, failures = err, len(wanted)
 			} else {
-				handled = len(wanted)
-				e.metrics.delivered(c.Name, wanted)
+				applied = wanted
 			}
 		}
 		if len(evs) > 0 {
 			next = evs[len(evs)-1].ID
 		}
-		return handled, next, failed
+		return applied, next, failed, failures
 	}
 	for _, ev := range evs {
 		if c.wants(ev.Type) {
-			if err := savepoint(ctx, tx, func(sp pgx.Tx) error { return c.Handle(ctx, sp, ev) }); err != nil {
-				e.metrics.failed(c.Name, 1)
+			if err := guard(ctx, tx, func(sp pgx.Tx) error { return c.Handle(ctx, sp, ev) }); err != nil {
 				err = fmt.Errorf("event %d (%s): %w", ev.ID, ev.Type, err)
-				if !c.SkipApplyErrors {
-					return handled, next, err
+				failures++
+				if !careful || !c.SkipApplyErrors {
+					return applied, next, err, failures
 				}
 				failed = err
 			} else {
-				handled++
-				e.metrics.delivered(c.Name, []eventstore.Event{ev})
+				applied = append(applied, ev)
 			}
 		}
 		next = ev.ID
 	}
-	return handled, next, failed
+	return applied, next, failed, failures
 }
 
 // savepoint runs fn under a savepoint of tx and rolls back to it on error,
