@@ -259,3 +259,46 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) (float64, 
 	}
 	return 0, false
 }
+
+// A failing event: the events before it are applied and committed with the
+// cursor right before it; a lenient consumer applies everything else.
+func TestPoisonEventStopsAtItself(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	var evs []eventstore.Event
+	for range 5 {
+		evs = append(evs, appendOne(t, db.Store))
+	}
+	poison := evs[2].ID
+	poisoned := func(c pipeline.Consumer) pipeline.Consumer {
+		inner := c.Handle
+		c.Handle = func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
+			if err := inner(ctx, tx, ev); err != nil {
+				return err
+			}
+			if ev.ID == poison {
+				return fmt.Errorf("cannot digest %d", ev.ID) // after writing: the write must roll back too
+			}
+			return nil
+		}
+		return c
+	}
+	strict := poisoned(recorder(t, db, "strict", feature.Shared))
+	lenient := poisoned(recorder(t, db, "lenient", feature.Shared))
+	lenient.SkipApplyErrors = true
+	e := newEventDispatcher(t, db, "p1", strict, lenient)
+
+	res, err := e.RunPass(ctx, "strict")
+	require.NoError(t, err)
+	require.ErrorContains(t, res.Failed, "cannot digest")
+	require.Equal(t, []int64{evs[0].ID, evs[1].ID}, seen(t, db, "strict"))
+	require.Equal(t, evs[1].ID, res.Cursor)
+	require.Equal(t, 1, db.Count(t, "SELECT attempts FROM kumiko_event_consumers WHERE name = 'strict'"))
+
+	res, err = e.RunPass(ctx, "lenient")
+	require.NoError(t, err)
+	require.Equal(t, []int64{evs[0].ID, evs[1].ID, evs[3].ID, evs[4].ID}, seen(t, db, "lenient"))
+	require.Equal(t, evs[4].ID, res.Cursor)
+	require.Equal(t, 0, db.Count(t, "SELECT attempts FROM kumiko_event_consumers WHERE name = 'lenient'"))
+}
