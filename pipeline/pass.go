@@ -134,7 +134,7 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 				break
 			}
 		}
-		applied, next, failed, failures := e.apply(ctx, tx, c, sh.cursor, deliver, careful)
+		applied, next, failures, failed := e.apply(ctx, tx, c, sh.cursor, deliver, careful)
 		if failed != nil && !careful {
 			return errHandlerFailed
 		}
@@ -177,14 +177,14 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 }
 
 // apply hands the events to the consumer in order and returns the events it
-// applied, the cursor after the last one passed, the error of the event that
-// stopped it (or the last one skipped past, with SkipApplyErrors) and how
-// many applications failed.
+// applied, the cursor after the last one passed, how many applications
+// failed, and the error of the event that stopped it (or the last one skipped
+// past, with SkipApplyErrors).
 //
 // Without careful, handlers run directly in tx and the first failure ends
 // the apply (the caller then rolls back); with careful, each runs under a
 // savepoint.
-func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event, careful bool) (applied []eventstore.Event, next int64, failed error, failures int) {
+func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event, careful bool) (applied []eventstore.Event, next int64, failures int, failed error) {
 	next = cursor
 	guard := savepoint
 	if !careful {
@@ -200,7 +200,7 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 		if len(wanted) > 0 {
 			if err := guard(ctx, tx, func(sp pgx.Tx) error { return c.HandleBatch(ctx, sp, wanted) }); err != nil {
 				if !careful || !c.SkipApplyErrors {
-					return nil, cursor, err, len(wanted)
+					return nil, cursor, len(wanted), err
 				}
 				failed, failures = err, len(wanted)
 			} else {
@@ -210,7 +210,7 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 		if len(evs) > 0 {
 			next = evs[len(evs)-1].ID
 		}
-		return applied, next, failed, failures
+		return applied, next, failures, failed
 	}
 	for _, ev := range evs {
 		if c.wants(ev.Type) {
@@ -218,7 +218,7 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 				err = fmt.Errorf("event %d (%s): %w", ev.ID, ev.Type, err)
 				failures++
 				if !careful || !c.SkipApplyErrors {
-					return applied, next, err, failures
+					return applied, next, failures, err
 				}
 				failed = err
 			} else {
@@ -227,7 +227,7 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 		}
 		next = ev.ID
 	}
-	return applied, next, failed, failures
+	return applied, next, failures, failed
 }
 
 // savepoint runs fn under a savepoint of tx and rolls back to it on error,

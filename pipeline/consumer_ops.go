@@ -1,0 +1,340 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+)
+
+// Sentinels of the consumer operations. Every refusal is an *Error whose
+// cause wraps one of them, so errors.Is tells them apart and AsError keeps
+// their code.
+var (
+	// ErrConsumerNotFound: no state row exists for the consumer shard
+	// (code not_found, reason consumer_not_found).
+	ErrConsumerNotFound = errors.New("consumer shard not found")
+	// ErrWrongState: the shard's status does not allow the operation
+	// (code unprocessable, reason wrong_state; Details["status"] names the
+	// current status).
+	ErrWrongState = errors.New("consumer shard is in the wrong state")
+	// ErrNothingToSkip: Skip found no event after the cursor
+	// (code unprocessable, reason nothing_to_skip).
+	ErrNothingToSkip = errors.New("no event after the cursor")
+	// ErrGapUnsettled: Skip found the next visible event behind ids that a
+	// transaction still in flight may yet commit; skipping now could lose
+	// such an event (code unprocessable, reason gap_unsettled). Retry once
+	// the writers have finished.
+	ErrGapUnsettled = errors.New("an earlier event may still commit")
+)
+
+// Reasons of the consumer operations' errors.
+const (
+	ReasonConsumerNotFound = "consumer_not_found"
+	ReasonWrongState       = "wrong_state"
+	ReasonNothingToSkip    = "nothing_to_skip"
+	ReasonGapUnsettled     = "gap_unsettled"
+)
+
+// ConsumerStatus is one consumer shard's state row with its lag behind the
+// event log.
+type ConsumerStatus struct {
+	// Name is the consumer's name.
+	Name string `json:"name"`
+	// InstanceID is SharedInstance for a shared consumer, else the id of
+	// the process the shard belongs to.
+	InstanceID string `json:"instanceId"`
+	// Cursor is the id of the last event the shard processed (or passed).
+	Cursor int64 `json:"cursor"`
+	// Head is the id of the newest committed event in the log (0 when the
+	// log is empty). It may be below Cursor when the newest allocated ids
+	// were rolled back.
+	Head int64 `json:"head"`
+	// LagEvents counts the committed events after Cursor.
+	LagEvents int64 `json:"lagEvents"`
+	// LagSeconds is the age of the oldest event after Cursor; 0 when the
+	// shard has caught up.
+	LagSeconds float64 `json:"lagSeconds"`
+	// Status is StatusIdle, StatusDead or StatusDisabled.
+	Status string `json:"status"`
+	// Attempts counts the failed passes on the event after Cursor since the
+	// last success.
+	Attempts int `json:"attempts"`
+	// LastError is the error of the last failed pass ("" when none).
+	LastError string `json:"lastError"`
+	// UpdatedAt is when a pass or an operation last wrote the row.
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// ConsumerOps lists and operates the event dispatcher's consumer shards
+// (restart, skip, disable, enable) directly on their state rows, so it works
+// with or without a running dispatcher, from any process. It is safe for
+// concurrent use.
+//
+// Each operation runs in one transaction that locks the shard's row with
+// SELECT … FOR UPDATE: it waits for a pass running on the shard to commit
+// and then acts on the state that pass left. An operation refuses, changing
+// nothing, when the shard is missing (ErrConsumerNotFound) or in a status
+// the operation does not start from (ErrWrongState).
+//
+// An instance id "" addresses the shared shard (SharedInstance); a
+// per-instance consumer's shards are addressed by their process's instance
+// id.
+type ConsumerOps struct {
+	store *eventstore.Store
+	pool  *pgxpool.Pool
+	sql   consumerOpsSQL
+}
+
+// consumerOpsSQL holds the statements of the consumer operations.
+type consumerOpsSQL struct {
+	list, status, lock, next, restart, skip, setStatus string
+}
+
+func newConsumerOpsSQL(schema string) consumerOpsSQL {
+	r := strings.NewReplacer(
+		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
+		"{events}", pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
+	)
+	// The lag of a shard: the events after its cursor up to the head (an
+	// index range scan on the primary key, as long as the lag itself), and
+	// the age of the first of them.
+	const row = `
+SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
+	(SELECT count(*) FROM {events} e WHERE e.id > c.last_processed_event_id AND e.id <= h.head),
+	COALESCE((SELECT GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - e.created_at), 0)::float8
+		FROM {events} e WHERE e.id > c.last_processed_event_id AND e.id <= h.head ORDER BY e.id LIMIT 1), 0),
+	c.status, c.attempts, c.last_error, c.updated_at
+FROM {consumers} c CROSS JOIN (SELECT COALESCE(max(id), 0) AS head FROM {events}) h`
+	return consumerOpsSQL{
+		list: r.Replace(row + `
+ORDER BY c.name, c.instance_id`),
+		status: r.Replace(row + `
+WHERE c.name = $1 AND c.instance_id = $2`),
+		// FOR UPDATE, not SKIP LOCKED: an operation waits for a running pass.
+		lock: r.Replace(`
+SELECT last_processed_event_id, status, attempts, gap_horizon, gap_writers FROM {consumers}
+WHERE name = $1 AND instance_id = $2 FOR UPDATE`),
+		next: r.Replace(`SELECT id FROM {events} WHERE id > $1 ORDER BY id LIMIT 1`),
+		restart: r.Replace(`
+UPDATE {consumers} SET status = $3, attempts = 0, last_error = '', updated_at = now()
+WHERE name = $1 AND instance_id = $2`),
+		// The gap bookkeeping is dropped once the cursor is past its horizon,
+		// as a pass does.
+		skip: r.Replace(`
+UPDATE {consumers} SET last_processed_event_id = $3, status = $4, attempts = 0, last_error = '',
+	gap_horizon = CASE WHEN gap_horizon <= $3 THEN 0 ELSE gap_horizon END,
+	gap_writers = CASE WHEN gap_horizon <= $3 THEN '{}'::text[] ELSE gap_writers END,
+	updated_at = now()
+WHERE name = $1 AND instance_id = $2`),
+		setStatus: r.Replace(`
+UPDATE {consumers} SET status = $3, updated_at = now()
+WHERE name = $1 AND instance_id = $2`),
+	}
+}
+
+// NewConsumerOps returns the consumer operations on store's consumer table.
+// It does not touch the database.
+func NewConsumerOps(store *eventstore.Store) *ConsumerOps {
+	return &ConsumerOps{store: store, pool: store.Pool(), sql: newConsumerOpsSQL(store.Schema())}
+}
+
+// List returns every consumer shard, ordered by name and instance id; an
+// empty, non-nil slice when there is none.
+func (o *ConsumerOps) List(ctx context.Context) ([]ConsumerStatus, error) {
+	rows, err := o.pool.Query(ctx, o.sql.list)
+	if err != nil {
+		return nil, fmt.Errorf("list consumers: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ConsumerStatus, error) { return scanConsumerStatus(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list consumers: %w", err)
+	}
+	if out == nil {
+		out = []ConsumerStatus{}
+	}
+	return out, nil
+}
+
+// Status returns one consumer shard. A missing shard answers an *Error
+// wrapping ErrConsumerNotFound.
+func (o *ConsumerOps) Status(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+	return o.status(ctx, o.pool, name, shardInstance(instanceID))
+}
+
+// Restart brings a dead shard back to idle with attempts at 0 and the error
+// cleared; the cursor is kept, so the next pass retries the event that
+// failed. Only a dead shard restarts. It returns the shard after the change.
+func (o *ConsumerOps) Restart(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+	return o.change(ctx, "restart", name, instanceID, []string{StatusDead}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
+		_, err := tx.Exec(ctx, o.sql.restart, name, sh.instance, StatusIdle)
+		return err
+	})
+}
+
+// Skip moves the cursor of a dead or idle shard past its head event — the
+// first event after the cursor, normally the one that keeps failing — so the
+// next pass starts with the event after it. The shard becomes idle with
+// attempts at 0 and the error cleared. It refuses when there is no event
+// after the cursor (ErrNothingToSkip) and when ids below the head event may
+// still be committed by transactions in flight (ErrGapUnsettled): skipping
+// then could pass an event nobody has seen. It returns the shard after the
+// change.
+func (o *ConsumerOps) Skip(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+	return o.change(ctx, "skip", name, instanceID, []string{StatusDead, StatusIdle}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
+		// The horizon first: it judges the events read after it.
+		h, err := o.store.HorizonTx(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var head int64
+		err = tx.QueryRow(ctx, o.sql.next, sh.cursor).Scan(&head)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return newError(CodeUnprocessable, ReasonNothingToSkip,
+				fmt.Sprintf("consumer %s/%s has no event after its cursor %d to skip", name, sh.instance, sh.cursor),
+				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrNothingToSkip)).
+				with("consumer", name).with("instanceId", sh.instance).with("cursor", sh.cursor)
+		}
+		if err != nil {
+			return err
+		}
+		if !sh.settledBelow(head, h) {
+			return newError(CodeUnprocessable, ReasonGapUnsettled,
+				fmt.Sprintf("an event before %d may still be committed; retry shortly", head),
+				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrGapUnsettled)).
+				with("consumer", name).with("instanceId", sh.instance).with("cursor", sh.cursor)
+		}
+		_, err = tx.Exec(ctx, o.sql.skip, name, sh.instance, head, StatusIdle)
+		return err
+	})
+}
+
+// Disable stops an idle or dead shard: passes leave a disabled shard alone,
+// its cursor and attempts stay as they are. It returns the shard after the
+// change.
+func (o *ConsumerOps) Disable(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+	return o.change(ctx, "disable", name, instanceID, []string{StatusIdle, StatusDead}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
+		_, err := tx.Exec(ctx, o.sql.setStatus, name, sh.instance, StatusDisabled)
+		return err
+	})
+}
+
+// Enable makes a disabled shard idle again; passes resume from its cursor.
+// Attempts are kept: a shard disabled while dead fails for good again on
+// its next failed pass (Restart resets them). It returns the shard after the
+// change.
+func (o *ConsumerOps) Enable(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+	return o.change(ctx, "enable", name, instanceID, []string{StatusDisabled}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
+		_, err := tx.Exec(ctx, o.sql.setStatus, name, sh.instance, StatusIdle)
+		return err
+	})
+}
+
+// opShard is the locked row an operation acts on.
+type opShard struct {
+	instance   string
+	cursor     int64
+	status     string
+	attempts   int
+	gapHorizon int64
+	gapWriters []string
+}
+
+// settledBelow reports whether every id between the cursor and head is
+// settled — committed and visible, or gone for good — so moving the cursor
+// to head passes no event that could still commit. That holds when head
+// directly follows the cursor; when no event writer is in flight; when the
+// last pass failed (attempts > 0), since a pass only delivers an event once
+// the ids below it are settled and nothing has moved the cursor since; and
+// when the gap a pass recorded covers them and its writers have ended.
+func (sh opShard) settledBelow(head int64, h eventstore.Horizon) bool {
+	switch {
+	case head == sh.cursor+1, len(h.Writers) == 0, sh.attempts > 0:
+		return true
+	}
+	return sh.gapHorizon >= head-1 && sh.gapHorizon > sh.cursor && !overlaps(sh.gapWriters, h.Writers)
+}
+
+// change runs op on a shard in one transaction: lock its row (waiting for a
+// running pass), check the status is one of from, apply, and read the row
+// back.
+func (o *ConsumerOps) change(ctx context.Context, op, name, instanceID string, from []string,
+	apply func(ctx context.Context, tx pgx.Tx, sh opShard) error,
+) (ConsumerStatus, error) {
+	instance := shardInstance(instanceID)
+	var out ConsumerStatus
+	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		sh := opShard{instance: instance}
+		err := tx.QueryRow(ctx, o.sql.lock, name, instance).Scan(&sh.cursor, &sh.status, &sh.attempts, &sh.gapHorizon, &sh.gapWriters)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return consumerNotFound(name, instance)
+		}
+		if err != nil {
+			return fmt.Errorf("%s consumer %s/%s: lock: %w", op, name, instance, err)
+		}
+		if !slices.Contains(from, sh.status) {
+			return newError(CodeUnprocessable, ReasonWrongState,
+				fmt.Sprintf("consumer %s/%s is %s; %s needs it %s", name, instance, sh.status, op, strings.Join(from, " or ")),
+				fmt.Errorf("%s %s/%s: %w: it is %s", op, name, instance, ErrWrongState, sh.status)).
+				with("consumer", name).with("instanceId", instance).with("status", sh.status)
+		}
+		if err := apply(ctx, tx, sh); err != nil {
+			var pe *Error
+			if errors.As(err, &pe) {
+				return err
+			}
+			return fmt.Errorf("%s consumer %s/%s: %w", op, name, instance, err)
+		}
+		out, err = o.status(ctx, tx, name, instance)
+		return err
+	})
+	if err != nil {
+		return ConsumerStatus{}, err
+	}
+	return out, nil
+}
+
+// opsQuerier is a pool or a transaction.
+type opsQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (o *ConsumerOps) status(ctx context.Context, q opsQuerier, name, instance string) (ConsumerStatus, error) {
+	st, err := scanConsumerStatus(q.QueryRow(ctx, o.sql.status, name, instance))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ConsumerStatus{}, consumerNotFound(name, instance)
+	}
+	if err != nil {
+		return ConsumerStatus{}, fmt.Errorf("consumer %s/%s: %w", name, instance, err)
+	}
+	return st, nil
+}
+
+func scanConsumerStatus(row pgx.Row) (ConsumerStatus, error) {
+	var s ConsumerStatus
+	err := row.Scan(&s.Name, &s.InstanceID, &s.Cursor, &s.Head, &s.LagEvents, &s.LagSeconds,
+		&s.Status, &s.Attempts, &s.LastError, &s.UpdatedAt)
+	return s, err
+}
+
+func consumerNotFound(name, instance string) *Error {
+	return newError(CodeNotFound, ReasonConsumerNotFound,
+		fmt.Sprintf("no consumer %s with instance %s", name, instance),
+		fmt.Errorf("%s/%s: %w", name, instance, ErrConsumerNotFound)).
+		with("consumer", name).with("instanceId", instance)
+}
+
+// shardInstance is the instance id of a shard's row: "" means the shared one.
+func shardInstance(instanceID string) string {
+	if instanceID == "" {
+		return SharedInstance
+	}
+	return instanceID
+}
