@@ -109,6 +109,9 @@ type Config struct {
 	// Ready reports whether the server can serve (the facade pings the
 	// database); while it fails GET /readyz answers 503. Nil: always ready.
 	Ready func(ctx context.Context) error
+	// SSEHeartbeat is how often GET /api/events sends a `: ping` comment
+	// to keep an idle stream open through proxies. Default 15s.
+	SSEHeartbeat time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -124,6 +127,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.IdempotencyWait == 0 {
 		c.IdempotencyWait = DefaultIdempotencyWait
+	}
+	if c.SSEHeartbeat == 0 {
+		c.SSEHeartbeat = DefaultSSEHeartbeat
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -153,6 +159,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("http: Config.MaxDepth must not be negative, got %d", c.MaxDepth)
 	case c.IdempotencyWait < 0:
 		return fmt.Errorf("http: Config.IdempotencyWait must not be negative, got %s", c.IdempotencyWait)
+	case c.SSEHeartbeat < 0:
+		return fmt.Errorf("http: Config.SSEHeartbeat must not be negative, got %s", c.SSEHeartbeat)
 	case c.Gatherer == nil:
 		return errors.New("http: Config.Gatherer is required when Config.Metrics is not a prometheus.Gatherer")
 	}
@@ -172,6 +180,8 @@ type Server struct {
 	// routes are the registered route paths, the only values the route
 	// label of the metrics takes besides "unmatched".
 	routes map[string]bool
+	// hub fans the live event feed out to GET /api/events streams.
+	hub sseHub
 }
 
 // NewServer builds the server for d, inspecting streams in store (the
@@ -220,6 +230,8 @@ func (s *Server) routeAll() *echo.Echo {
 	e.POST("/api/query", s.query, s.authenticate, single)
 	e.POST("/api/command", s.command, s.authenticate, single, s.idempotent)
 	e.GET("/api/inspect/:aggregateType/:id", s.inspect, s.authenticate)
+	e.GET("/api/events", s.events, s.authenticate)
+	e.GET("/api/consumers", s.consumers, s.authenticate)
 
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
 	e.GET("/healthz", s.healthz)

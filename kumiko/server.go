@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -214,12 +215,17 @@ type eventDispatcherIn struct {
 	Store      *eventstore.Store
 	Dispatcher *pipeline.Dispatcher
 	Metrics    *prometheus.Registry
+	HTTP       *khttp.Server `optional:"true"`
 }
 
 func newEventDispatcher(in eventDispatcherIn) (*pipeline.EventDispatcher, error) {
+	consumers := in.Dispatcher.Consumers()
+	if in.HTTP != nil {
+		consumers = append(consumers, in.HTTP.EventsConsumer()) // feeds GET /api/events
+	}
 	e, err := pipeline.NewEventDispatcher(in.Store, pipeline.EventDispatcherConfig{
 		InstanceID: in.Config.InstanceID, Logger: in.Config.Logger, Metrics: in.Metrics,
-	}, in.Dispatcher.Consumers()...)
+	}, consumers...)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +261,8 @@ func newHTTP(cfg Config, d *pipeline.Dispatcher, store *eventstore.Store, pool *
 
 // serve starts listening after everything else started and stops first.
 func serve(lc fx.Lifecycle, cfg Config, srv *khttp.Server, addr *listenAddr) {
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10e9}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs.RegisterOnShutdown(srv.CloseStreams) // open event streams would hold Shutdown
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)

@@ -1,6 +1,7 @@
 package kumiko_test
 
 import (
+	"bufio"
 	"context"
 	"net/http"
 	"testing"
@@ -65,4 +66,39 @@ func TestServeAndWorkerDeliverEvents(t *testing.T) {
 		return db.Count(t, "SELECT COALESCE(sum(n), 0) FROM task_counts") == 5
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'task-counter'"), "one shared shard")
+}
+
+// The server's event stream is fed by its dispatcher: a write shows up as a
+// frame, and Stop ends the open stream instead of waiting for it.
+func TestServerStreamsEvents(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	server, err := kumiko.BuildServer(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
+		Addr: "127.0.0.1:0", InstanceID: "sse-1", ShutdownTimeout: 2 * time.Second}, tasks.Feature)
+	require.NoError(t, err)
+	require.NoError(t, server.Start(ctx))
+	token, err := khttp.IssueToken([]byte(secret), "u-1", "01900000-0000-7000-8000-000000000001", []string{"User"}, time.Minute)
+	require.NoError(t, err)
+
+	req, err := http.NewRequest(http.MethodGet, "http://"+server.Addr()+"/api/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	post(t, "http://"+server.Addr()+"/api/write", token, `{"type":"task.create","payload":{"title":"streamed"}}`, http.StatusOK)
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		if lines.Text() == "event: task.created" {
+			break
+		}
+	}
+	require.NoError(t, lines.Err())
+
+	// With the stream still open, a graceful stop must not run into its
+	// timeout (Shutdown would report the deadline).
+	require.NoError(t, server.Stop(ctx))
 }

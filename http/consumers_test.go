@@ -1,0 +1,103 @@
+package http_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+// An admin sees every consumer shard with its cursor, head, lag and status;
+// others are refused.
+func TestConsumers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	alice := token(t, "alice", tenantA, "User")
+	admin := token(t, "ada", tenantA, "Admin")
+	ctx := context.Background()
+
+	r := e.do(get("/api/consumers", admin))
+	require.Equal(t, http.StatusOK, r.status, r.String())
+	require.JSONEq(t, `{"data":[]}`, string(r.body), "no shards yet: an empty list")
+
+	// A strict consumer that fails on the second task, a per-instance one
+	// that handles everything.
+	var bad int64
+	strict := pipeline.Consumer{
+		Name: "mailer", MaxAttempts: 1,
+		Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
+			if ev.ID == bad {
+				return errors.New("smtp down")
+			}
+			return nil
+		},
+	}
+	cache := pipeline.Consumer{
+		Name: "cache", Delivery: feature.PerInstance,
+		Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
+	}
+	d, err := pipeline.NewEventDispatcher(e.app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, strict, cache)
+	require.NoError(t, err)
+	require.NoError(t, d.Register(ctx))
+	e.create(alice, "one")
+	e.create(alice, "two")
+	e.create(alice, "three")
+	var ids []int64
+	rows, err := e.app.Pool.Query(ctx, "SELECT id FROM kumiko_events ORDER BY id")
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, 3)
+	bad = ids[1]
+	for _, name := range []string{"mailer", "cache"} {
+		_, err := d.RunPass(ctx, name)
+		require.NoError(t, err)
+	}
+
+	r = e.do(get("/api/consumers", admin))
+	require.Equal(t, http.StatusOK, r.status, r.String())
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	list, ok := r.obj(t)["data"].([]any)
+	require.True(t, ok, r.String())
+	require.Len(t, list, 2)
+
+	cacheRow := list[0].(map[string]any)
+	require.Equal(t, "cache", cacheRow["name"])
+	require.Equal(t, "p1", cacheRow["instanceId"])
+	require.Equal(t, "idle", cacheRow["status"])
+	require.Equal(t, float64(ids[2]), cacheRow["cursor"])
+	require.Equal(t, float64(ids[2]), cacheRow["head"])
+	require.Equal(t, float64(0), cacheRow["lagEvents"])
+	require.Equal(t, float64(0), cacheRow["lagSeconds"])
+	require.Equal(t, float64(0), cacheRow["attempts"])
+	require.Equal(t, "", cacheRow["lastError"])
+
+	mailer := list[1].(map[string]any)
+	require.Equal(t, "mailer", mailer["name"])
+	require.Equal(t, pipeline.SharedInstance, mailer["instanceId"])
+	require.Equal(t, "dead", mailer["status"])
+	require.Equal(t, float64(ids[0]), mailer["cursor"])
+	require.Equal(t, float64(ids[2]), mailer["head"])
+	require.Equal(t, float64(2), mailer["lagEvents"])
+	require.GreaterOrEqual(t, mailer["lagSeconds"], float64(0))
+	require.Less(t, mailer["lagSeconds"], float64(60))
+	require.Equal(t, float64(1), mailer["attempts"])
+	require.Contains(t, mailer["lastError"], "smtp down")
+	at, err := time.Parse(time.RFC3339Nano, mailer["updatedAt"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), at, time.Minute)
+
+	// No admin role, no token, another method.
+	requireProblem(t, e.do(get("/api/consumers", alice)), http.StatusForbidden, "access_denied", "")
+	requireProblem(t, e.do(get("/api/consumers", "")), http.StatusUnauthorized, "unauthenticated", "")
+	requireProblem(t, e.do(get("/api/consumers", "not-a-token")), http.StatusUnauthorized, "unauthenticated", "")
+	requireProblem(t, e.do(request{method: http.MethodPost, path: "/api/consumers", token: admin}), http.StatusMethodNotAllowed, "method_not_allowed", "")
+}

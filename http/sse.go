@@ -1,0 +1,455 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// EventsConsumerName is the name of the consumer [Server.EventsConsumer]
+// returns.
+const EventsConsumerName = "kumiko.sse"
+
+const (
+	// DefaultSSEHeartbeat is the default of Config.SSEHeartbeat.
+	DefaultSSEHeartbeat = 15 * time.Second
+	// sseClientBuffer is how many live events wait for one client before
+	// it counts as too slow and is disconnected.
+	sseClientBuffer = 256
+	// sseWriteTimeout bounds one write to a client: a client that accepts
+	// no data for this long has its stream ended.
+	sseWriteTimeout = 30 * time.Second
+	// sseMaxTypes is the most event types ?types= may name.
+	sseMaxTypes = 100
+	// contentTypeEventStream is the media type of GET /api/events.
+	contentTypeEventStream = "text/event-stream"
+	// headerLastEventID is the header an EventSource resumes with.
+	headerLastEventID = "Last-Event-ID"
+)
+
+// Why the hub ended a client's stream.
+const (
+	sseDropSlow     = "slow"
+	sseDropShutdown = "shutdown"
+)
+
+// sseHub fans the events of the live feed out to the connected clients of
+// GET /api/events. Publishing never blocks: each client has a bounded
+// buffer, and a client whose buffer is full is dropped (its stream ends; it
+// resumes with Last-Event-ID). The zero value is ready to use.
+type sseHub struct {
+	mu      sync.Mutex
+	clients map[*sseClient]struct{}
+	// last is the id of the newest event published; seen reports that
+	// there was one. The feed comes from a consumer of the event
+	// dispatcher, which delivers in id order and only once no lower id can
+	// still commit: every event with an id up to last has been published,
+	// and every later one will be.
+	last   int64
+	seen   bool
+	closed bool
+}
+
+// sseClient is one open stream.
+type sseClient struct {
+	tenant uuid.UUID
+	types  map[string]bool // nil: every type
+	frames chan sseFrame
+	// gone is closed when the hub drops the client; reason says why.
+	gone   chan struct{}
+	reason string
+}
+
+// sseFrame is an event rendered once for every client that receives it.
+type sseFrame struct {
+	id  int64
+	raw []byte
+}
+
+func (cl *sseClient) wants(ev eventstore.Event) bool {
+	return ev.TenantID == cl.tenant && (cl.types == nil || cl.types[ev.Type])
+}
+
+var errStreamsClosed = errors.New("event streams are closed")
+
+// subscribe adds a client of tenant for types (nil: all) and returns it with
+// the hub's position: every event after it reaches the client (unless it is
+// dropped), none before it does.
+func (h *sseHub) subscribe(tenant uuid.UUID, types map[string]bool) (cl *sseClient, last int64, seen bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, 0, false, errStreamsClosed
+	}
+	if h.clients == nil {
+		h.clients = map[*sseClient]struct{}{}
+	}
+	cl = &sseClient{tenant: tenant, types: types, frames: make(chan sseFrame, sseClientBuffer), gone: make(chan struct{})}
+	h.clients[cl] = struct{}{}
+	return cl, h.last, h.seen, nil
+}
+
+// unsubscribe removes cl if the hub still holds it.
+func (h *sseHub) unsubscribe(cl *sseClient) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.clients, cl)
+}
+
+// drop ends cl's stream; h.mu is held.
+func (h *sseHub) drop(cl *sseClient, reason string) {
+	if _, ok := h.clients[cl]; !ok {
+		return
+	}
+	delete(h.clients, cl)
+	cl.reason = reason
+	close(cl.gone)
+}
+
+// publish hands ev to every client that wants it, without ever waiting. An
+// event at or below the newest one published is a redelivery (a pass whose
+// transaction failed after its handler ran) and is ignored.
+func (h *sseHub) publish(ev eventstore.Event) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen && ev.ID <= h.last {
+		return nil
+	}
+	h.last, h.seen = ev.ID, true
+	var (
+		frame sseFrame
+		err   error
+	)
+	for cl := range h.clients {
+		if !cl.wants(ev) {
+			continue
+		}
+		if frame.raw == nil {
+			if frame.raw, err = renderEvent(ev); err != nil {
+				return err
+			}
+			frame.id = ev.ID
+		}
+		select {
+		case cl.frames <- frame:
+		default:
+			h.drop(cl, sseDropSlow)
+		}
+	}
+	return nil
+}
+
+// close ends every stream and refuses new ones.
+func (h *sseHub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for cl := range h.clients {
+		h.drop(cl, sseDropShutdown)
+	}
+}
+
+// EventsConsumer is the per-instance consumer that feeds GET /api/events:
+// add it to the event dispatcher of the process that runs this server. Its
+// Handle passes each event to the connected clients and returns at once; it
+// never fails and never waits for a client.
+func (s *Server) EventsConsumer() pipeline.Consumer {
+	return pipeline.Consumer{
+		Name:      EventsConsumerName,
+		Delivery:  feature.PerInstance,
+		StartFrom: feature.FromNow,
+		Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
+			if err := s.hub.publish(ev); err != nil {
+				// Cannot happen with a stored (valid JSON) payload; a
+				// failure here must not stall the feed.
+				s.log.Error("event stream: render event", "eventId", ev.ID, "err", err)
+			}
+			return nil
+		},
+	}
+}
+
+// CloseStreams ends every open GET /api/events stream; later requests answer
+// 503 unavailable. Long-lived streams keep http.Server.Shutdown waiting, so
+// register it with http.Server.RegisterOnShutdown (or call it before
+// Shutdown).
+func (s *Server) CloseStreams() { s.hub.close() }
+
+// wireEvent is the data of an event frame.
+type wireEvent struct {
+	ID            int64           `json:"id"`
+	AggregateID   uuid.UUID       `json:"aggregateId"`
+	AggregateType string          `json:"aggregateType"`
+	Version       int             `json:"version"`
+	Type          string          `json:"type"`
+	EventVersion  int             `json:"eventVersion"`
+	Payload       json.RawMessage `json:"payload"`
+	Metadata      wireMetadata    `json:"metadata"`
+	CreatedAt     time.Time       `json:"createdAt"`
+}
+
+// wireMetadata is the part of an event's metadata a stream shows: not the
+// idempotency key nor the custom headers.
+type wireMetadata struct {
+	CorrelationID string `json:"correlationId"`
+	CausationID   string `json:"causationId"`
+	RequestID     string `json:"requestId,omitempty"`
+	UserID        string `json:"userId,omitempty"`
+}
+
+// renderEvent is ev as an SSE frame: id, event and one data line, then the
+// blank line that ends the frame.
+func renderEvent(ev eventstore.Event) ([]byte, error) {
+	data, err := json.Marshal(wireEvent{
+		ID: ev.ID, AggregateID: ev.AggregateID, AggregateType: ev.AggregateType, Version: ev.Version,
+		Type: ev.Type, EventVersion: ev.EventVersion, Payload: ev.Payload,
+		Metadata: wireMetadata{
+			CorrelationID: ev.Metadata.CorrelationID, CausationID: ev.Metadata.CausationID,
+			RequestID: ev.Metadata.RequestID, UserID: ev.Metadata.UserID,
+		},
+		CreatedAt: ev.CreatedAt,
+	})
+	if err != nil {
+		return nil, err
+	}
+	typ := lineBreaks.Replace(ev.Type)
+	b := make([]byte, 0, len(data)+len(typ)+40)
+	b = append(b, "id: "...)
+	b = strconv.AppendInt(b, ev.ID, 10)
+	b = append(b, "\nevent: "...)
+	b = append(b, typ...)
+	b = append(b, "\ndata: "...)
+	b = append(b, data...)
+	return append(b, "\n\n"...), nil
+}
+
+var (
+	heartbeatFrame = []byte(": ping\n\n")
+	// lineBreaks would end an SSE field early.
+	lineBreaks = strings.NewReplacer("\r", "", "\n", "")
+)
+
+// GET /api/events: the caller's tenant's events as Server-Sent Events. With
+// a resume point (Last-Event-ID, else ?after=) the events after it are
+// replayed from the store first; then the stream goes live.
+//
+// The switch-over has no gap and no duplicate: the client subscribes to the
+// live feed before the replay, at the hub's position P. Everything up to P
+// has settled (no lower id can still commit), so the replay reads the store
+// up to P and the feed brings everything after. Before the feed has brought
+// its first event P is unknown: the replay then reads the store to its end,
+// and live events it already sent are dropped by id (both run in id order);
+// a late commit racing that first replay may then come after a higher id.
+func (s *Server) events(c echo.Context) error {
+	u := userOf(c)
+	if !u.Authenticated {
+		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to follow events", nil)
+	}
+	types, err := sseTypes(c.QueryParam("types"))
+	if err != nil {
+		return err
+	}
+	after, resume, err := sseResumePoint(c)
+	if err != nil {
+		return err
+	}
+	var typeSet map[string]bool
+	if types != nil {
+		typeSet = make(map[string]bool, len(types))
+		for _, t := range types {
+			typeSet[t] = true
+		}
+	}
+	cl, position, positioned, err := s.hub.subscribe(u.TenantID, typeSet)
+	if err != nil {
+		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
+	}
+	defer s.hub.unsubscribe(cl)
+
+	res := c.Response()
+	rc := http.NewResponseController(res)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve more requests
+	h := res.Header()
+	h.Set(echo.HeaderContentType, contentTypeEventStream)
+	h.Set(echo.HeaderCacheControl, "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	res.WriteHeader(http.StatusOK)
+	w := &sseWriter{res: res, rc: rc}
+	if err := w.flush(); err != nil {
+		return nil // the client is gone
+	}
+
+	ctx := c.Request().Context()
+	log := infoOf(c).log
+	// sent holds the ids the replay sent beyond the hub's position, which
+	// the live feed brings again.
+	var sent []int64
+	if resume {
+		for ev, err := range s.store.ReadAll(ctx, after, eventstore.ReadFilter{TenantID: u.TenantID, Types: types}) {
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Error("event stream: replay failed", "after", after, "err", err)
+				}
+				return nil // the client resumes from what it got
+			}
+			if positioned && ev.ID > position {
+				break // the live feed brings the rest, in order
+			}
+			if err := w.write(renderEvent(ev)); err != nil {
+				return nil
+			}
+			if !positioned {
+				sent = append(sent, ev.ID)
+			}
+			select {
+			case <-cl.gone:
+				return s.streamEnded(c, cl)
+			default:
+			}
+		}
+		if err := w.flush(); err != nil {
+			return nil
+		}
+	}
+
+	beat := time.NewTicker(s.cfg.SSEHeartbeat)
+	defer beat.Stop()
+	dirty := false // frames written but not flushed
+	for {
+		select {
+		case <-cl.gone:
+			return s.streamEnded(c, cl)
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-cl.gone:
+			return s.streamEnded(c, cl)
+		case <-beat.C:
+			if err := w.writeRaw(heartbeatFrame); err != nil {
+				return nil
+			}
+			if err := w.flush(); err != nil {
+				return nil
+			}
+			dirty = false
+		case f := <-cl.frames:
+			for len(sent) > 0 && sent[0] < f.id {
+				sent = sent[1:]
+			}
+			switch {
+			case resume && f.id <= after: // the client had it already
+			case len(sent) > 0 && sent[0] == f.id: // replayed already
+				sent = sent[1:]
+			default:
+				if err := w.writeRaw(f.raw); err != nil {
+					return nil
+				}
+				dirty = true
+			}
+			if dirty && len(cl.frames) == 0 { // flush once a burst is written
+				if err := w.flush(); err != nil {
+					return nil
+				}
+				dirty = false
+			}
+		}
+	}
+}
+
+// streamEnded logs why the hub ended a client's stream; the response is
+// complete either way.
+func (s *Server) streamEnded(c echo.Context, cl *sseClient) error {
+	if cl.reason == sseDropSlow {
+		infoOf(c).log.Warn("event stream: client too slow; disconnected (it resumes with Last-Event-ID)", "buffer", sseClientBuffer)
+	}
+	return nil
+}
+
+// sseWriter writes frames with a deadline each, so a client that stops
+// reading cannot hold the handler for long.
+type sseWriter struct {
+	res *echo.Response
+	rc  *http.ResponseController
+}
+
+func (w *sseWriter) write(frame []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	return w.writeRaw(frame)
+}
+
+func (w *sseWriter) writeRaw(frame []byte) error {
+	if err := w.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	_, err := w.res.Write(frame)
+	return err
+}
+
+func (w *sseWriter) flush() error {
+	if err := w.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return w.rc.Flush()
+}
+
+// sseTypes parses ?types=a.b,c.d; nil means every type.
+func sseTypes(q string) ([]string, error) {
+	if strings.TrimSpace(q) == "" {
+		return nil, nil
+	}
+	var types []string
+	seen := map[string]bool{}
+	for _, t := range strings.Split(q, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" || seen[t] {
+			continue
+		}
+		seen[t] = true
+		types = append(types, t)
+	}
+	if len(types) > sseMaxTypes {
+		return nil, invalidInput("invalid_types", "types names at most "+strconv.Itoa(sseMaxTypes)+" event types",
+			registry.FieldError{Path: "types", Code: "max", Message: "at most " + strconv.Itoa(sseMaxTypes) + " event types"})
+	}
+	if len(types) == 0 {
+		return nil, nil
+	}
+	return types, nil
+}
+
+// sseResumePoint is the Last-Event-ID header, else ?after=: the id of the
+// last event the client has. The header wins: an EventSource sends it on
+// reconnecting, to the URL it first opened.
+func sseResumePoint(c echo.Context) (after int64, resume bool, err error) {
+	raw, path := strings.TrimSpace(c.Request().Header.Get(headerLastEventID)), headerLastEventID
+	if raw == "" {
+		raw, path = strings.TrimSpace(c.QueryParam("after")), "after"
+	}
+	if raw == "" {
+		return 0, false, nil
+	}
+	after, err = strconv.ParseInt(raw, 10, 64)
+	if err != nil || after < 0 {
+		return 0, false, invalidInput("invalid_resume_point", path+" must be an event id (a non-negative integer)",
+			registry.FieldError{Path: path, Code: "type", Message: "must be a non-negative integer"})
+	}
+	return after, true, nil
+}
