@@ -302,3 +302,53 @@ func TestPoisonEventStopsAtItself(t *testing.T) {
 	require.Equal(t, evs[4].ID, res.Cursor)
 	require.Equal(t, 0, db.Count(t, "SELECT attempts FROM kumiko_event_consumers WHERE name = 'lenient'"))
 }
+
+// A batch handler gets the wanted events of a pass at once; a consumer that
+// starts from now ignores what came before it was registered; a dead
+// consumer with a re-arm cooldown comes back by itself, a bounded number of
+// times.
+func TestBatchHandlersStartFromAndRearm(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	old := appendOne(t, db.Store)
+
+	var (
+		mu      sync.Mutex
+		batches [][]int64
+	)
+	batch := pipeline.Consumer{Name: "batched", Types: []string{"thing.made"}, HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		var ids []int64
+		for _, ev := range evs {
+			ids = append(ids, ev.ID)
+		}
+		batches = append(batches, ids)
+		return nil
+	}}
+	late := recorder(t, db, "late_starter", feature.Shared)
+	late.StartFrom = feature.FromNow
+	failures := 0
+	rearmed := pipeline.Consumer{Name: "rearmed", MaxAttempts: 1, RearmAfter: time.Nanosecond, MaxRearms: 2,
+		Handle: func(context.Context, pgx.Tx, eventstore.Event) error { failures++; return fmt.Errorf("always") }}
+	e := newEventDispatcher(t, db, "p1", batch, late, rearmed)
+
+	fresh := []eventstore.Event{appendOne(t, db.Store), appendOne(t, db.Store)}
+	runAll(t, e, "batched", "late_starter")
+	require.Equal(t, [][]int64{{old.ID, fresh[0].ID, fresh[1].ID}}, batches, "one call with the whole pass")
+	require.Equal(t, []int64{fresh[0].ID, fresh[1].ID}, seen(t, db, "late_starter"), "nothing from before its registration")
+
+	for range 6 {
+		_, err := e.RunPass(ctx, "rearmed")
+		require.NoError(t, err)
+	}
+	var (
+		status   string
+		attempts int
+	)
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT status, attempts FROM kumiko_event_consumers WHERE name = 'rearmed'").Scan(&status, &attempts))
+	require.Equal(t, "dead", status)
+	require.Equal(t, 3, attempts, "one attempt, then two re-arms")
+	require.Equal(t, 6, failures, "a failing pass runs the handler once fast, once under savepoints")
+}
