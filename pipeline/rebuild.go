@@ -1,0 +1,619 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// Projection kinds in ProjectionStatus.Kind and RebuildResult.Kind.
+const (
+	ProjectionInline = "inline"
+	ProjectionMSP    = "msp"
+)
+
+// Projection statuses of kumiko_projections.
+const (
+	ProjectionReady      = "ready"
+	ProjectionRebuilding = "rebuilding"
+	ProjectionFailed     = "failed"
+)
+
+// ErrRebuildRunning is returned when the projection is already being
+// rebuilt (by this or another process).
+var ErrRebuildRunning = errors.New("the projection is already being rebuilt")
+
+// ErrNoProjection is returned for a name that is neither an inline
+// projection nor a multi-stream projection with a table.
+var ErrNoProjection = errors.New("no rebuildable projection")
+
+// RebuildOptions tunes RebuildProjection.
+type RebuildOptions struct {
+	// Progress, when set, is called after every committed batch with the
+	// events applied so far and the events to apply in total; total grows
+	// while writers keep appending.
+	Progress func(done, total int64)
+	// Quarantine skips events whose apply fails, recording them in
+	// kumiko_projection_quarantine, instead of failing the rebuild.
+	Quarantine bool
+	// BatchSize is the most events read and applied per transaction;
+	// default 2000.
+	BatchSize int
+}
+
+// RebuildResult describes a finished rebuild.
+type RebuildResult struct {
+	Name string
+	Kind string
+	// Applied counts the events applied to the rebuilt table.
+	Applied int64
+	// Quarantined counts the events skipped in quarantine mode.
+	Quarantined int64
+	// LastEventID is the highest event id the rebuilt table was built from;
+	// for a multi-stream projection its consumer continues after it.
+	LastEventID int64
+	Duration    time.Duration
+}
+
+// ProjectionStatus is the state of one rebuildable projection.
+type ProjectionStatus struct {
+	Name string `json:"name"`
+	// Kind is "inline" or "msp".
+	Kind string `json:"kind"`
+	// Status is "ready", "rebuilding" or "failed".
+	Status string `json:"status"`
+	// Cursor is the highest event id the projection has processed: the head
+	// for a ready inline projection (it is written with every event), a
+	// running rebuild's progress, or the consumer's cursor (the lowest of
+	// its shards) for a multi-stream projection.
+	Cursor int64 `json:"cursor"`
+	// Head is the highest id of an event the projection applies.
+	Head int64 `json:"head"`
+	// Lag counts the events the projection applies after Cursor.
+	Lag           int64      `json:"lag"`
+	LastRebuildAt *time.Time `json:"lastRebuildAt,omitempty"`
+	LastError     string     `json:"lastError,omitempty"`
+}
+
+const (
+	defaultRebuildBatch = 2000
+	// rebuildRounds bounds the unlocked catch-up rounds before the swap.
+	rebuildRounds = 5
+	// swapAttempts and swapLockTimeout bound how long the swap waits for
+	// its locks: a queued ACCESS EXCLUSIVE request holds up every later
+	// reader of the table, so it gives up and tries again instead of
+	// waiting behind a long transaction.
+	swapAttempts    = 10
+	swapLockTimeout = "2s"
+	settlePoll      = 5 * time.Millisecond
+)
+
+// rebuildTarget is what a rebuild needs to know of a projection.
+type rebuildTarget struct {
+	name  string
+	kind  string
+	table feature.TableDef
+	// source and types select the events the projection applies.
+	source string
+	types  []string
+	msp    *registry.MSP
+	proj   *registry.Projection
+}
+
+func (d *Dispatcher) rebuildTarget(name string) (rebuildTarget, error) {
+	if p, ok := d.reg.Projection(name); ok {
+		var types []string
+		for _, typ := range p.Events() {
+			if _, ok := p.Apply(typ); ok {
+				types = append(types, typ)
+			}
+		}
+		return rebuildTarget{name: name, kind: ProjectionInline, table: p.Table(), source: p.Source(), types: types, proj: p}, nil
+	}
+	if m, ok := d.reg.MSP(name); ok {
+		if t, ok := m.Table(); ok {
+			var types []string
+			for _, typ := range m.Events() {
+				if _, ok := m.Apply(typ); ok {
+					types = append(types, typ)
+				}
+			}
+			return rebuildTarget{name: name, kind: ProjectionMSP, table: t, types: types, msp: m}, nil
+		}
+	}
+	return rebuildTarget{}, fmt.Errorf("%w %q", ErrNoProjection, name)
+}
+
+func (t rebuildTarget) wants(ev eventstore.Event) bool {
+	if t.kind == ProjectionInline && ev.AggregateType != t.source {
+		return false
+	}
+	for _, typ := range t.types {
+		if typ == ev.Type {
+			return true
+		}
+	}
+	return false
+}
+
+// eventFilter is the SQL condition selecting the target's events; args
+// start at $1.
+func (t rebuildTarget) eventFilter() (string, []any) {
+	if t.kind == ProjectionInline {
+		return "aggregate_type = $1 AND type = ANY ($2)", []any{t.source, t.types}
+	}
+	return "type = ANY ($1)", []any{t.types}
+}
+
+// rebuild is one running RebuildProjection.
+type rebuild struct {
+	d      *Dispatcher
+	conn   *pgx.Conn
+	t      rebuildTarget
+	opts   RebuildOptions
+	live   string // qualified live table
+	shadow string // unqualified shadow table name
+	res    RebuildResult
+	total  int64
+	cursor int64 // every event ≤ cursor is in the shadow table
+}
+
+// RebuildProjection rebuilds an inline projection or a table-backed
+// multi-stream projection from the events, with no downtime: it replays
+// every event the projection applies, in id order, into a shadow table
+// built from the same definition, while writes keep going to the live table
+// and reads keep reading it; then, in one short transaction, it applies the
+// events committed since and swaps the shadow in. On failure the shadow is
+// dropped, the live table is untouched and the status is "failed". See the
+// "Rebuilds" section of docs/dispatcher.md for why no event is lost or
+// applied twice.
+func (d *Dispatcher) RebuildProjection(ctx context.Context, name string, opts RebuildOptions) (RebuildResult, error) {
+	t, err := d.rebuildTarget(name)
+	if err != nil {
+		return RebuildResult{}, err
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = defaultRebuildBatch
+	}
+	shadow := t.table.Name + "__rebuild"
+	if len(shadow) > 63 {
+		return RebuildResult{}, fmt.Errorf("rebuild %s: table name %q is too long for a shadow table", name, t.table.Name)
+	}
+	pc, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return RebuildResult{}, err
+	}
+	defer pc.Release()
+	key := "kumiko.rebuild." + d.schema + "." + name
+	var locked bool
+	if err := pc.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, key).Scan(&locked); err != nil {
+		return RebuildResult{}, err
+	}
+	if !locked {
+		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", name, ErrRebuildRunning)
+	}
+	defer func() {
+		// On a broken connection the session, and with it the lock, is gone.
+		_, _ = pc.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, key)
+	}()
+	r := &rebuild{d: d, conn: pc.Conn(), t: t, opts: opts, live: d.qualify(t.table.Name), shadow: shadow,
+		res: RebuildResult{Name: name, Kind: t.kind}}
+	start := time.Now()
+	if err := r.run(ctx); err != nil {
+		r.fail(context.WithoutCancel(ctx), err)
+		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", name, err)
+	}
+	r.res.Duration = time.Since(start)
+	return r.res, nil
+}
+
+func (r *rebuild) run(ctx context.Context) error {
+	d := r.d
+	// (1) status, (2) a fresh shadow table.
+	err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+d.qualify("kumiko_projections")+` AS p (name, status, last_error, updated_at)
+VALUES ($1, 'rebuilding', '', now())
+ON CONFLICT (name) DO UPDATE SET status = 'rebuilding', last_processed_event_id = 0, last_error = '', updated_at = now()`, r.t.name); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM `+d.qualify("kumiko_projection_quarantine")+` WHERE projection = $1`, r.t.name); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+d.qualify(r.shadow)); err != nil {
+			return err
+		}
+		def := r.t.table
+		def.Name = r.shadow
+		for _, stmt := range d.tableDDL(def) {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("shadow table: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// (3) replay up to a settled horizon, in rounds, until little is left
+	// for the locked swap.
+	for round := 0; round < rebuildRounds; round++ {
+		var (
+			h eventstore.Horizon
+			n int64
+		)
+		err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
+			var err error
+			if h, err = r.settled(ctx, tx); err != nil {
+				return err
+			}
+			n, err = r.count(ctx, tx, r.cursor, h.LastID)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if h.LastID <= r.cursor {
+			break
+		}
+		r.total += n
+		if err := r.replay(ctx, h.LastID); err != nil {
+			return err
+		}
+		if n <= int64(r.opts.BatchSize) {
+			break
+		}
+	}
+	// (4) final catch-up and swap.
+	var lastErr error
+	for range swapAttempts {
+		err := pgx.BeginFunc(ctx, r.conn, r.swap(ctx))
+		if err == nil {
+			if r.opts.Progress != nil {
+				r.opts.Progress(r.res.Applied+r.res.Quarantined, r.total)
+			}
+			return nil
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || (pe.Code != "55P03" && pe.Code != "40P01") { // lock_not_available, deadlock_detected
+			return err
+		}
+		lastErr = err
+		r.total = r.res.Applied + r.res.Quarantined // the catch-up's count rolled back with it
+	}
+	return fmt.Errorf("swap: no lock after %d attempts: %w", swapAttempts, lastErr)
+}
+
+// settled reads the event store's horizon and waits until every id up to
+// its LastID is settled: none of its writers is still running.
+func (r *rebuild) settled(ctx context.Context, tx pgx.Tx) (eventstore.Horizon, error) {
+	h, err := r.d.store.HorizonTx(ctx, tx)
+	if err != nil {
+		return h, err
+	}
+	for len(h.Writers) > 0 {
+		now, err := r.d.store.HorizonTx(ctx, tx)
+		if err != nil {
+			return h, err
+		}
+		if !overlaps(h.Writers, now.Writers) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return h, ctx.Err()
+		case <-time.After(settlePoll):
+		}
+	}
+	return h, nil
+}
+
+// count counts the target's events with after < id ≤ upTo.
+func (r *rebuild) count(ctx context.Context, db pgx.Tx, after, upTo int64) (int64, error) {
+	cond, args := r.t.eventFilter()
+	n := len(args)
+	args = append(args, after, upTo)
+	var c int64
+	err := db.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s AND id > $%d AND id <= $%d`,
+		r.d.qualify("kumiko_events"), cond, n+1, n+2), args...).Scan(&c)
+	return c, err
+}
+
+// replay applies the events after the cursor up to upTo (settled) to the
+// shadow table, a batch per transaction, recording the progress with each.
+func (r *rebuild) replay(ctx context.Context, upTo int64) error {
+	for r.cursor < upTo {
+		err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
+			next, err := r.applyBatch(ctx, tx, r.cursor, upTo)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE `+r.d.qualify("kumiko_projections")+`
+SET last_processed_event_id = $2, updated_at = now() WHERE name = $1`, r.t.name, next); err != nil {
+				return err
+			}
+			r.cursor = next
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if r.opts.Progress != nil {
+			r.opts.Progress(r.res.Applied+r.res.Quarantined, r.total)
+		}
+	}
+	return nil
+}
+
+// applyBatch reads up to BatchSize events with after < id ≤ upTo and applies
+// the target's ones to the shadow table in tx; it returns the id the shadow
+// is complete up to.
+func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64) (int64, error) {
+	evs, err := r.d.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	if len(evs) < r.opts.BatchSize {
+		after = upTo
+	} else {
+		after = evs[len(evs)-1].ID
+	}
+	for _, ev := range evs {
+		if !r.t.wants(ev) {
+			continue
+		}
+		if !r.opts.Quarantine {
+			if err := r.apply(ctx, tx, ev); err != nil {
+				return 0, err
+			}
+			r.res.Applied++
+			continue
+		}
+		err := savepoint(ctx, tx, func(sp pgx.Tx) error { return r.apply(ctx, sp, ev) })
+		if err == nil {
+			r.res.Applied++
+			continue
+		}
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		if _, qerr := tx.Exec(ctx, `INSERT INTO `+r.d.qualify("kumiko_projection_quarantine")+` (projection, event_id, error)
+VALUES ($1, $2, $3) ON CONFLICT (projection, event_id) DO UPDATE SET error = EXCLUDED.error, created_at = now()`,
+			r.t.name, ev.ID, truncate(err.Error(), 2000)); qerr != nil {
+			return 0, errors.Join(err, qerr)
+		}
+		r.res.Quarantined++
+	}
+	return after, nil
+}
+
+// apply runs the projection's apply function for ev against the shadow.
+func (r *rebuild) apply(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
+	table := r.d.qualify(r.shadow)
+	if r.t.kind == ProjectionInline {
+		apply, _ := r.t.proj.Apply(ev.Type)
+		pc := &projectionContext{ctx: ctx, db: tx, tenant: ev.TenantID, table: table}
+		if err := apply(pc, featureEvent(ev)); err != nil {
+			return fmt.Errorf("projection %s: event %d (%s): %w", r.t.name, ev.ID, ev.Type, err)
+		}
+		return nil
+	}
+	apply, _ := r.t.msp.Apply(ev.Type)
+	c := &Caller{
+		User:          feature.User{ID: ev.Metadata.UserID, TenantID: ev.TenantID, Authenticated: ev.Metadata.UserID != ""},
+		RequestID:     ev.Metadata.RequestID,
+		CorrelationID: ev.Metadata.CorrelationID,
+	}
+	ac := &applyContext{
+		commandContext: commandContext{ctx: ctx, tx: tx, d: r.d, c: c, feature: r.t.msp.Feature(), causation: strconv.FormatInt(ev.ID, 10)},
+		table:          table,
+	}
+	if err := apply(ac, featureEvent(ev)); err != nil {
+		return fmt.Errorf("projection %s: event %d (%s): %w", r.t.name, ev.ID, ev.Type, err)
+	}
+	if len(c.appended) > 0 {
+		// A replay must not repeat side effects; the transaction (or
+		// savepoint) rolls the appended events back.
+		return fmt.Errorf("projection %s: event %d (%s): its apply appends events, which a rebuild cannot repeat", r.t.name, ev.ID, ev.Type)
+	}
+	return nil
+}
+
+// swap is the final transaction: catch up with the events committed since
+// the replay and put the shadow table in the live table's place.
+func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
+	return func(tx pgx.Tx) error {
+		d := r.d
+		cursor, applied, quarantined := r.cursor, r.res.Applied, r.res.Quarantined
+		ok := false
+		defer func() {
+			if !ok { // rolled back: so is the catch-up
+				r.cursor, r.res.Applied, r.res.Quarantined = cursor, applied, quarantined
+			}
+		}()
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+swapLockTimeout+`'`); err != nil {
+			return err
+		}
+		if r.t.kind == ProjectionInline {
+			// Writers of the live table wait from here until the commit;
+			// every event committed now has its row in the live table and
+			// is replayed below; every other one is applied by its writer
+			// after the commit, to the table then called by the live name.
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+r.live+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				return err
+			}
+			for {
+				next, err := r.applyBatch(ctx, tx, r.cursor, math.MaxInt64)
+				if err != nil {
+					return err
+				}
+				if next == math.MaxInt64 {
+					break
+				}
+				r.cursor = next
+			}
+			var last int64
+			if err := tx.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+d.qualify("kumiko_events")).Scan(&last); err != nil {
+				return err
+			}
+			r.cursor = max(r.cursor, last)
+		} else {
+			// Only the consumer's pass writes the table: holding its rows
+			// (waiting for a running pass) stops it while the rest is
+			// replayed up to a settled horizon and the cursor is moved.
+			rows, err := tx.Query(ctx, `SELECT instance_id FROM `+d.qualify("kumiko_event_consumers")+` WHERE name = $1 FOR UPDATE`, r.t.name)
+			if err != nil {
+				return err
+			}
+			shards, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			h, err := r.settled(ctx, tx)
+			if err != nil {
+				return err
+			}
+			for r.cursor < h.LastID {
+				if r.cursor, err = r.applyBatch(ctx, tx, r.cursor, h.LastID); err != nil {
+					return err
+				}
+			}
+			if len(shards) > 0 {
+				_, err = tx.Exec(ctx, `UPDATE `+d.qualify("kumiko_event_consumers")+`
+SET last_processed_event_id = $2, gap_horizon = 0, gap_writers = '{}', updated_at = now() WHERE name = $1`, r.t.name, r.cursor)
+			} else if r.t.msp.Delivery() != feature.PerInstance {
+				_, err = tx.Exec(ctx, `INSERT INTO `+d.qualify("kumiko_event_consumers")+` (name, instance_id, last_processed_event_id)
+VALUES ($1, $2, $3)`, r.t.name, SharedInstance, r.cursor)
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+r.live+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				return err
+			}
+		}
+		if err := r.replace(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+d.qualify("kumiko_projections")+`
+SET status = 'ready', last_processed_event_id = $2, last_rebuild_at = now(), last_error = '', updated_at = now()
+WHERE name = $1`, r.t.name, r.cursor); err != nil {
+			return err
+		}
+		r.res.LastEventID = r.cursor
+		r.total = max(r.total, r.res.Applied+r.res.Quarantined)
+		ok = true
+		return nil
+	}
+}
+
+// replace drops the live table and renames the shadow table and its
+// indexes to the live names, so a later EnsureSchema or rebuild finds them
+// where it expects them.
+func (r *rebuild) replace(ctx context.Context, tx pgx.Tx) error {
+	shadow := r.d.qualify(r.shadow)
+	rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass`, shadow)
+	if err != nil {
+		return err
+	}
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	stmts := []string{
+		`DROP TABLE ` + r.live,
+		`ALTER TABLE ` + shadow + ` RENAME TO ` + pgx.Identifier{r.t.table.Name}.Sanitize(),
+	}
+	for _, ix := range indexes {
+		if rest, ok := strings.CutPrefix(ix, r.shadow); ok {
+			stmts = append(stmts, `ALTER INDEX `+r.d.qualify(ix)+` RENAME TO `+pgx.Identifier{r.t.table.Name + rest}.Sanitize())
+		}
+	}
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("swap: %w", err)
+		}
+	}
+	return nil
+}
+
+// fail drops the shadow table and records the failure; the live table was
+// never touched.
+func (r *rebuild) fail(ctx context.Context, cause error) {
+	d := r.d
+	if _, err := d.pool.Exec(ctx, `DROP TABLE IF EXISTS `+d.qualify(r.shadow)); err != nil {
+		d.log.Error("rebuild: drop shadow table", "projection", r.t.name, "error", err)
+	}
+	if _, err := d.pool.Exec(ctx, `INSERT INTO `+d.qualify("kumiko_projections")+` AS p (name, status, last_error, updated_at)
+VALUES ($1, 'failed', $2, now())
+ON CONFLICT (name) DO UPDATE SET status = 'failed', last_error = EXCLUDED.last_error, updated_at = now()`,
+		r.t.name, truncate(cause.Error(), 2000)); err != nil {
+		d.log.Error("rebuild: record failure", "projection", r.t.name, "error", err)
+	}
+}
+
+// ProjectionStatuses reports every inline projection and table-backed
+// multi-stream projection, in registry order.
+func (d *Dispatcher) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, error) {
+	var targets []rebuildTarget
+	for _, p := range d.reg.Projections() {
+		t, _ := d.rebuildTarget(p.Name())
+		targets = append(targets, t)
+	}
+	for _, m := range d.reg.MSPs() {
+		if t, err := d.rebuildTarget(m.Name()); err == nil && t.kind == ProjectionMSP {
+			targets = append(targets, t)
+		}
+	}
+	var out []ProjectionStatus
+	err := pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		out = out[:0]
+		for _, t := range targets {
+			s := ProjectionStatus{Name: t.name, Kind: t.kind, Status: ProjectionReady}
+			var stored int64
+			err := tx.QueryRow(ctx, `SELECT status, last_processed_event_id, last_rebuild_at, last_error FROM `+d.qualify("kumiko_projections")+` WHERE name = $1`,
+				t.name).Scan(&s.Status, &stored, &s.LastRebuildAt, &s.LastError)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			cond, args := t.eventFilter()
+			if err := tx.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+d.qualify("kumiko_events")+` WHERE `+cond, args...).Scan(&s.Head); err != nil {
+				return err
+			}
+			switch {
+			case t.kind == ProjectionMSP:
+				if err := tx.QueryRow(ctx, `SELECT COALESCE(min(last_processed_event_id), 0) FROM `+d.qualify("kumiko_event_consumers")+` WHERE name = $1`,
+					t.name).Scan(&s.Cursor); err != nil {
+					return err
+				}
+			case s.Status == ProjectionReady:
+				s.Cursor = s.Head // written with every event
+			default:
+				s.Cursor = stored
+			}
+			if s.Cursor < s.Head {
+				n := len(args)
+				if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s AND id > $%d`, d.qualify("kumiko_events"), cond, n+1),
+					append(args, s.Cursor)...).Scan(&s.Lag); err != nil {
+					return err
+				}
+			}
+			out = append(out, s)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projection statuses: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,232 @@
+package pipeline_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+// monthRows reads tasks_by_month, or what a fresh fold of the stored task
+// events gives when fromEvents is set, as sorted "tenant month created
+// completed" lines.
+func monthRows(t *testing.T, app *kumikotest.App, fromEvents bool) []string {
+	t.Helper()
+	sql := `SELECT tenant_id::text, month, created, completed FROM tasks_by_month ORDER BY 1, 2`
+	if fromEvents {
+		sql = `SELECT tenant_id::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM'),
+			count(*) FILTER (WHERE type = 'task.created'), count(*) FILTER (WHERE type = 'task.completed')
+			FROM kumiko_events WHERE aggregate_type = 'task' AND type IN ('task.created', 'task.completed')
+			GROUP BY 1, 2 ORDER BY 1, 2`
+	}
+	rows, err := app.Pool.Query(ctx, sql)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var tenant, month string
+		var created, completed int64
+		err := r.Scan(&tenant, &month, &created, &completed)
+		return fmt.Sprintf("%s %s %d %d", tenant, month, created, completed), err
+	})
+	require.NoError(t, err)
+	return out
+}
+
+func status(t *testing.T, app *kumikotest.App, name string) pipeline.ProjectionStatus {
+	t.Helper()
+	sts, err := app.Dispatcher.ProjectionStatuses(ctx)
+	require.NoError(t, err)
+	for _, s := range sts {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no status of %s in %+v", name, sts)
+	return pipeline.ProjectionStatus{}
+}
+
+// Four writers keep creating tasks and a reader keeps reading the stats
+// while tasks_by_month is rebuilt: no read fails, no write fails, and the
+// rebuilt table — which the writers keep writing after the swap — equals
+// the fold of every stored event: nothing lost, nothing applied twice.
+func TestRebuildProjectionUnderLoad(t *testing.T) {
+	t.Parallel()
+	app := newTasks(t)
+	for i := range 40 {
+		c := alice
+		if i%3 == 0 {
+			c = bob
+		}
+		task := write(t, app, c, "task.create", fmt.Sprintf(`{"title":"seed %d"}`, i))
+		if i%4 == 0 {
+			_, err := app.Dispatcher.Command(ctx, c, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, task["id"])))
+			require.NoError(t, err)
+		}
+	}
+	// A damaged read model: the rebuild must not carry it over.
+	app.Exec(t, "UPDATE tasks_by_month SET created = created + 1000")
+	require.NotEqual(t, monthRows(t, app, true), monthRows(t, app, false))
+
+	var (
+		stop             atomic.Bool
+		wg               sync.WaitGroup
+		mu               sync.Mutex
+		failures         []error
+		writes, readsRun atomic.Int64
+	)
+	fail := func(err error) {
+		mu.Lock()
+		failures = append(failures, err)
+		mu.Unlock()
+	}
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := alice
+			if w%2 == 1 {
+				c = bob
+			}
+			for i := 0; !stop.Load(); i++ {
+				if _, err := app.Dispatcher.Write(ctx, c, req("task.create", fmt.Sprintf(`{"title":"w%d-%d"}`, w, i))); err != nil {
+					fail(fmt.Errorf("write: %w", err))
+					return
+				}
+				writes.Add(1)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			if _, err := app.Dispatcher.Query(ctx, alice, req("task.stats", `{}`)); err != nil {
+				fail(fmt.Errorf("read: %w", err))
+				return
+			}
+			readsRun.Add(1)
+		}
+	}()
+
+	var seen []string
+	res, err := app.Dispatcher.RebuildProjection(ctx, "tasks_by_month", pipeline.RebuildOptions{
+		BatchSize: 25,
+		Progress: func(done, total int64) {
+			if len(seen) < 3 {
+				seen = append(seen, status(t, app, "tasks_by_month").Status)
+			}
+			time.Sleep(2 * time.Millisecond) // let the writers interleave
+		},
+	})
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // writes after the swap go to the rebuilt table
+	stop.Store(true)
+	wg.Wait()
+	require.Empty(t, failures)
+	require.Positive(t, writes.Load())
+	require.Positive(t, readsRun.Load())
+	require.Contains(t, seen, pipeline.ProjectionRebuilding, "the status during the replay")
+	require.Positive(t, res.Applied)
+	require.Zero(t, res.Quarantined)
+
+	require.Equal(t, monthRows(t, app, true), monthRows(t, app, false))
+	st := status(t, app, "tasks_by_month")
+	require.Equal(t, pipeline.ProjectionReady, st.Status)
+	require.Equal(t, pipeline.ProjectionInline, st.Kind)
+	require.NotNil(t, st.LastRebuildAt)
+	require.Zero(t, st.Lag)
+	require.Equal(t, st.Head, st.Cursor)
+	require.Zero(t, app.Count(t, "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relname LIKE 'tasks_by_month\\_\\_%'"), "no shadow or old table is left")
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'tasks_by_month' AND indexname = 'tasks_by_month_pkey'"),
+		"the rebuilt table's indexes carry the live names")
+
+	// A second rebuild, with the writers stopped, gives the same rows, and
+	// EnsureSchema still finds the table as it expects it.
+	_, err = app.Dispatcher.RebuildProjection(ctx, "tasks_by_month", pipeline.RebuildOptions{})
+	require.NoError(t, err)
+	require.Equal(t, monthRows(t, app, true), monthRows(t, app, false))
+	require.NoError(t, app.Dispatcher.EnsureSchema(ctx))
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'tasks_by_month'"))
+}
+
+// A failing apply fails the rebuild: the live table is untouched, the
+// shadow is gone and the status says why. Quarantine mode records the event
+// and completes.
+func TestRebuildProjectionFailureAndQuarantine(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{notes})
+	write(t, app, alice, "note.create", `{"title":"a"}`)
+	write(t, app, bob, "note.create", `{"title":"b"}`)
+	// An event the projection refuses (the write path would have refused
+	// it too, so it is stored directly).
+	app.Exec(t, `INSERT INTO kumiko_events (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload)
+		VALUES (gen_random_uuid(), 'note', $1, 1, 'note.created', 2, '{"title":"boom-before"}')`, tenantA)
+	app.Exec(t, "UPDATE note_titles SET title = title || '!'") // to tell the live table from a rebuilt one
+	var bad int64
+	require.NoError(t, app.Pool.QueryRow(ctx, "SELECT max(id) FROM kumiko_events").Scan(&bad))
+
+	_, err := app.Dispatcher.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{})
+	require.ErrorIs(t, err, errApply)
+	require.Equal(t, 2, app.Count(t, "SELECT count(*) FROM note_titles WHERE title LIKE '%!'"), "the live table is untouched")
+	require.Zero(t, app.Count(t, "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relname = 'note_titles__rebuild'"))
+	st := status(t, app, "note_titles")
+	require.Equal(t, pipeline.ProjectionFailed, st.Status)
+	require.Contains(t, st.LastError, errApply.Error())
+	require.Nil(t, st.LastRebuildAt)
+
+	res, err := app.Dispatcher.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{Quarantine: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.Applied)
+	require.EqualValues(t, 1, res.Quarantined)
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM kumiko_projection_quarantine WHERE projection = 'note_titles' AND event_id = $1 AND error LIKE '%refused%'", bad))
+	require.Equal(t, 2, app.Count(t, "SELECT count(*) FROM note_titles WHERE title IN ('a', 'b')"))
+	st = status(t, app, "note_titles")
+	require.Equal(t, pipeline.ProjectionReady, st.Status)
+	require.Empty(t, st.LastError)
+
+	_, err = app.Dispatcher.RebuildProjection(ctx, "no-such", pipeline.RebuildOptions{})
+	require.ErrorIs(t, err, pipeline.ErrNoProjection)
+}
+
+// A table-backed multi-stream projection is rebuilt and its consumer
+// continues after the rebuild's last event: nothing is applied twice.
+func TestRebuildProjectionMSP(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
+	e, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	require.NoError(t, err)
+	require.NoError(t, e.Register(ctx))
+	write(t, app, alice, "contact.create", `{"name":"Ann"}`)
+	write(t, app, alice, "contact.create", `{"name":"Al"}`)
+	write(t, app, bob, "contact.create", `{"name":"Bo"}`)
+	runAll(t, e, "contact-counter")
+	app.Exec(t, "UPDATE contact_counts SET n = 99")
+	write(t, app, bob, "contact.create", `{"name":"Bea"}`) // not yet delivered
+
+	res, err := app.Dispatcher.RebuildProjection(ctx, "contact-counter", pipeline.RebuildOptions{})
+	require.NoError(t, err)
+	require.EqualValues(t, 4, res.Applied)
+	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantA))
+	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantB))
+	require.EqualValues(t, res.LastEventID, app.Count(t, "SELECT last_processed_event_id FROM kumiko_event_consumers WHERE name = 'contact-counter'"))
+
+	write(t, app, alice, "contact.create", `{"name":"Ada"}`)
+	runAll(t, e, "contact-counter")
+	require.Equal(t, 3, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantA))
+	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantB))
+	st := status(t, app, "contact-counter")
+	require.Equal(t, pipeline.ProjectionMSP, st.Kind)
+	require.Equal(t, pipeline.ProjectionReady, st.Status)
+	require.Zero(t, st.Lag)
+
+	// A consumer without a table is no projection to rebuild.
+	_, err = app.Dispatcher.RebuildProjection(ctx, "welcomer", pipeline.RebuildOptions{})
+	require.ErrorIs(t, err, pipeline.ErrNoProjection)
+}
