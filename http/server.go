@@ -232,6 +232,7 @@ func (s *Server) routeAll() *echo.Echo {
 	e.GET("/api/inspect/:aggregateType/:id", s.inspect, s.authenticate)
 	e.GET("/api/events", s.events, s.authenticate)
 	e.GET("/api/consumers", s.consumers, s.authenticate)
+	e.GET("/api/projections", s.projections, s.authenticate)
 
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
 	e.GET("/healthz", s.healthz)
