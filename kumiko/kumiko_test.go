@@ -5,11 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -26,7 +26,19 @@ import (
 	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tasksDir != "" {
+		_ = os.RemoveAll(tasksDir) // the sample binary built by tasksBinary
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 const secret = "a-test-secret-that-is-long-enough-for-hs256"
 
@@ -109,11 +121,7 @@ func post(t *testing.T, url, token, body string, want int) string {
 func TestSampleBinaryServes(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	bin := filepath.Join(t.TempDir(), "tasks")
-	build := exec.Command("go", "build", "-o", bin, "github.com/kumiko-go/kumiko/samples/tasks/cmd/tasks")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
-
+	bin := tasksBinary(t)
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "KUMIKO_SCHEMA="+db.Schema, "KUMIKO_ADDR=127.0.0.1:0",
 		"KUMIKO_JWT_SECRET=", "REDIS_URL=", "KUMIKO_INSTANCE_ID=sample-test")

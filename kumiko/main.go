@@ -67,6 +67,7 @@ func NewCommand(cfg Config, features ...*feature.Feature) *cobra.Command {
 			return serveCommand(cmd.Context(), cmd.OutOrStdout(), cfg, features, false)
 		},
 	})
+	root.AddCommand(OpsCommands(cfg, features...)...)
 	return root
 }
 

@@ -1,27 +1,27 @@
 // Command kumiko is the generic operations CLI: the commands that need no
-// application features. It grows with the framework; today it migrates the
-// event store's schema.
+// application features. migrate, consumer list|status|restart|skip|disable|
+// enable, inspect (payloads as stored: without the app's features nothing
+// is upcast), events tail and token. The commands that need the app's
+// registry (events asof of an entity's state, for one) live on the app's own
+// binary (kumiko.Main), which offers these as well.
 //
-// Connection settings come from flags, else DATABASE_URL, else the local
-// development server.
+// Connection settings come from --database-url and --schema, else
+// DATABASE_URL and KUMIKO_SCHEMA, else the local development server.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
+	"syscall"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/kumiko"
 )
 
-const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	if err != nil {
@@ -29,58 +29,13 @@ func main() {
 	}
 }
 
-type globals struct {
-	databaseURL string
-	schema      string
-}
-
 func newRoot() *cobra.Command {
-	g := &globals{}
 	root := &cobra.Command{
-		Use:           "kumiko",
-		Short:         "Operate a kumiko event store",
-		SilenceUsage:  true,
-		SilenceErrors: false,
+		Use:          "kumiko",
+		Short:        "Operate a kumiko event store",
+		SilenceUsage: true,
 	}
-	dbURL := os.Getenv("DATABASE_URL")
-	if dbURL == "" {
-		dbURL = defaultDatabaseURL
-	}
-	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", dbURL, "PostgreSQL connection URL (env DATABASE_URL)")
-	root.PersistentFlags().StringVar(&g.schema, "schema", "public", "schema holding the kumiko tables")
-	root.AddCommand(newMigrate(g))
+	// nil features: the generic commands.
+	root.AddCommand(kumiko.OpsCommands(kumiko.Config{Name: "kumiko"})...)
 	return root
-}
-
-func newMigrate(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "migrate",
-		Short: "Apply the embedded schema migrations (safe to run from many processes at once)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			pool, err := pgxpool.New(ctx, g.databaseURL)
-			if err != nil {
-				return fmt.Errorf("database: %w", err)
-			}
-			defer pool.Close()
-			store, err := eventstore.New(pool, eventstore.Config{Schema: g.schema})
-			if err != nil {
-				return err
-			}
-			applied, err := store.Migrate(ctx)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if len(applied) == 0 {
-				fmt.Fprintf(out, "schema %s is up to date\n", g.schema)
-				return nil
-			}
-			for _, v := range applied {
-				fmt.Fprintf(out, "applied migration %d\n", v)
-			}
-			return nil
-		},
-	}
 }

@@ -3,11 +3,23 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 func TestMigrateCommand(t *testing.T) {
@@ -35,4 +47,117 @@ func TestMigrateCommand(t *testing.T) {
 
 	_, err = run("migrate", "--database-url", "postgres://postgres@127.0.0.1:1/none?connect_timeout=2", "--schema", schema)
 	require.Error(t, err, "an unreachable database fails the command")
+}
+
+// The generic binary, built once per test binary.
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func kumikoBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "kumiko-cmd-test")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binDir, binPath = dir, filepath.Join(dir, "kumiko")
+		if out, err := exec.Command("go", "build", "-o", binPath, "github.com/kumiko-go/kumiko/cmd/kumiko").CombinedOutput(); err != nil {
+			binErr = errors.New(string(out))
+		}
+	})
+	require.NoError(t, binErr)
+	return binPath
+}
+
+func TestGenericBinary(t *testing.T) {
+	bin := kumikoBinary(t)
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	tenant, id := uuid.New(), uuid.New()
+	_, err := db.Store.Append(ctx, eventstore.Stream{TenantID: tenant, AggregateType: "task", AggregateID: id}, 0,
+		eventstore.NewEvent{Type: "task.completed", EventVersion: 1, Payload: map[string]any{"by": "alice"}})
+	require.NoError(t, err)
+	ed, err := pipeline.NewEventDispatcher(db.Store, pipeline.EventDispatcherConfig{InstanceID: "cmd-test"}, pipeline.Consumer{
+		Name: "mirror", Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
+	})
+	require.NoError(t, err)
+	require.NoError(t, ed.Register(ctx))
+
+	env := append(os.Environ(), "DATABASE_URL=", "KUMIKO_SCHEMA=", "KUMIKO_JWT_SECRET=")
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, append(args, "--database-url", db.URL, "--schema", db.Schema)...)
+		cmd.Env = env
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return stdout.String(), stderr.String(), code
+	}
+	ok := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(args...)
+		require.Equal(t, 0, code, "%v: %s", args, errOut)
+		return out
+	}
+
+	require.Contains(t, ok("migrate"), "is up to date")
+	require.Contains(t, ok("migrate"), "is up to date")
+
+	require.Regexp(t, `(?m)^mirror\s+__shared__\s+idle\s+0\s`, ok("consumer", "list"))
+	require.Contains(t, ok("consumer", "disable", "mirror"), "disabled")
+	_, errOut, code := run("consumer", "disable", "mirror")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "wrong_state: consumer mirror/__shared__ is disabled")
+	var st pipeline.ConsumerStatus
+	require.NoError(t, json.Unmarshal([]byte(ok("consumer", "enable", "mirror", "--json")), &st))
+	require.Equal(t, pipeline.StatusIdle, st.Status)
+
+	// No features, no upcasting: the payload as stored.
+	out := ok("inspect", "task", id.String(), "--tenant", tenant.String())
+	require.Regexp(t, `(?m)^1\s+\d+\s+task\.completed\s+v1\s.*\{"by":"alice"\}$`, out)
+	require.Contains(t, ok("inspect", "--help"), "cannot upcast")
+	_, errOut, code = run("inspect", "task", uuid.NewString(), "--tenant", tenant.String())
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "not found")
+
+	require.Contains(t, ok("events", "tail", "--json"), `"payload":{"by":"alice"}`)
+	require.NotContains(t, ok("events", "--help"), "asof", "asof needs the app's features")
+	help, err := exec.Command(bin, "--help").CombinedOutput()
+	require.NoError(t, err)
+	require.NotContains(t, string(help), "  project ", "project needs the app's features")
+	require.Contains(t, string(help), "consumer")
+
+	tok := strings.TrimSpace(ok("token", "--user", "ops", "--tenant", tenant.String(), "--roles", "Admin"))
+	claims := jwt.MapClaims{}
+	_, err = jwt.ParseWithClaims(tok, claims, func(*jwt.Token) (any, error) {
+		return []byte("kumiko-development-secret-not-for-production"), nil
+	}, jwt.WithValidMethods([]string{"HS256"}))
+	require.NoError(t, err)
+	require.Equal(t, "ops", claims["sub"])
+
+	cmd := exec.Command(bin, "consumer", "list", "--database-url", "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+	cmd.Env = env
+	outB, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(outB), "is unreachable")
 }

@@ -1,0 +1,1084 @@
+package kumiko
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// cliUser is the user id the ops commands act as when they go through the
+// pipeline (events asof of an entity).
+const cliUser = "kumiko-cli"
+
+// OpsCommands returns the operations commands of a kumiko binary: migrate,
+// consumer, inspect, events (tail, prune, and with features asof), token,
+// and with features project. With features they work with the
+// app's registry (upcasting, read tables, entity state); with none (nil) they
+// are the generic commands of cmd/kumiko, which see events as stored.
+//
+// Every command takes --database-url and --schema (else Config, else
+// DATABASE_URL and KUMIKO_SCHEMA, else the development defaults Main uses)
+// and --json for machine-readable output. Failures return an error, which
+// Main turns into a non-zero exit.
+func OpsCommands(cfg Config, features ...*feature.Feature) []*cobra.Command {
+	o := &ops{cfg: cfg, features: features, generic: features == nil}
+	cmds := []*cobra.Command{
+		o.migrateCmd(),
+		o.consumerCmd(),
+		o.inspectCmd(),
+		o.eventsCmd(),
+		o.tokenCmd(),
+	}
+	if !o.generic {
+		cmds = append(cmds, o.projectCmd())
+	}
+	for _, c := range cmds {
+		f := c.PersistentFlags()
+		f.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL (default: env DATABASE_URL, else the local development server)")
+		f.StringVar(&o.schema, "schema", "", "schema holding the kumiko tables (default: env KUMIKO_SCHEMA, else public)")
+		f.BoolVar(&o.json, "json", false, "print JSON for scripts instead of tables")
+	}
+	return cmds
+}
+
+// ops holds the shared flags and configuration of the ops commands.
+type ops struct {
+	cfg         Config
+	features    []*feature.Feature
+	generic     bool
+	databaseURL string
+	schema      string
+	json        bool
+}
+
+// conn is an opened database: the pool, the store and, with features, the
+// registry and the dispatcher.
+type conn struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	store *eventstore.Store
+	reg   *registry.Registry
+	disp  *pipeline.Dispatcher
+}
+
+func (c *conn) close() { c.store.Close(); c.pool.Close() }
+
+// config resolves the connection settings: flags, then Config, then the
+// environment, then the development defaults.
+func (o *ops) config(ctx context.Context) (Config, error) {
+	cfg := o.cfg
+	if o.databaseURL != "" {
+		cfg.DatabaseURL = o.databaseURL
+	}
+	if o.schema != "" {
+		cfg.Schema = o.schema
+	}
+	cfg = cfg.FromEnv().WithDefaults()
+	if cfg.DatabaseURL == "" {
+		if o.generic {
+			cfg.DatabaseURL = devServerURL
+		} else {
+			u, err := devDatabase(ctx, cfg.Name)
+			if err != nil {
+				return cfg, fmt.Errorf("no DATABASE_URL, and the local PostgreSQL is not usable: %w", err)
+			}
+			cfg.DatabaseURL = u
+		}
+	}
+	return cfg, nil
+}
+
+// open connects (checking the database answers) and wires the store, and
+// with features the registry and dispatcher. It does not migrate.
+func (o *ops) open(ctx context.Context) (*conn, error) {
+	cfg, err := o.config(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var reg *registry.Registry
+	if !o.generic {
+		if reg, err = registry.Build(o.features...); err != nil {
+			return nil, err
+		}
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database URL %s: %w", redactURL(cfg.DatabaseURL), err)
+	}
+	pc.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("database %s: %w", redactURL(cfg.DatabaseURL), err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = pool.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database %s is unreachable: %w", redactURL(cfg.DatabaseURL), err)
+	}
+	sc := eventstore.Config{Schema: cfg.Schema, Logger: cfg.Logger}
+	if reg != nil {
+		sc.Upcaster = reg
+	}
+	store, err := eventstore.New(pool, sc)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	c := &conn{cfg: cfg, pool: pool, store: store, reg: reg}
+	if reg != nil {
+		if c.disp, err = pipeline.New(reg, store, pipeline.Config{Logger: cfg.Logger}); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// run opens the database, runs fn and closes it.
+func (o *ops) run(cmd *cobra.Command, fn func(ctx context.Context, c *conn, out io.Writer) error) error {
+	ctx := cmd.Context()
+	c, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	return cliError(fn(ctx, c, cmd.OutOrStdout()))
+}
+
+// cliError turns a pipeline error into its client-facing sentence with its
+// code and reason, which reads better on a terminal than the full chain.
+func cliError(err error) error {
+	var pe *pipeline.Error
+	if err == nil || !errors.As(err, &pe) {
+		return err
+	}
+	msg := pe.Code
+	if pe.Reason != "" && pe.Reason != pe.Code {
+		msg = pe.Reason
+	}
+	if pe.Detail != "" {
+		msg += ": " + pe.Detail
+	}
+	for _, f := range pe.Fields {
+		msg += fmt.Sprintf("\n  %s: %s", f.Path, f.Message)
+	}
+	return errors.New(msg)
+}
+
+func writeJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newTable(out io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+}
+
+// ---- migrate ----
+
+func (o *ops) migrateCmd() *cobra.Command {
+	short := "Apply the embedded schema migrations (safe to run from many processes at once)"
+	if !o.generic {
+		short = "Apply the event store migrations and create the app's read tables"
+	}
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				applied, err := c.store.Migrate(ctx)
+				if err != nil {
+					return err
+				}
+				if c.disp != nil {
+					if err := c.disp.EnsureSchema(ctx); err != nil {
+						return err
+					}
+				}
+				if o.json {
+					if applied == nil {
+						applied = []int{}
+					}
+					return writeJSON(out, map[string]any{"schema": c.cfg.Schema, "applied": applied, "readTables": c.disp != nil})
+				}
+				if len(applied) == 0 {
+					fmt.Fprintf(out, "schema %s is up to date\n", c.cfg.Schema)
+				}
+				for _, v := range applied {
+					fmt.Fprintf(out, "applied migration %d\n", v)
+				}
+				if c.disp != nil {
+					fmt.Fprintf(out, "read tables of %s are in place\n", c.cfg.Name)
+				}
+				return nil
+			})
+		},
+	}
+}
+
+// ---- consumer ----
+
+func (o *ops) consumerCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "consumer",
+		Short: "List and operate the event consumers (projections, SSE feeds)",
+	}
+	root.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List every consumer shard with its cursor, lag and status",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				list, err := pipeline.NewConsumerOps(c.store).List(ctx)
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return writeJSON(out, list)
+				}
+				if len(list) == 0 {
+					fmt.Fprintln(out, "no consumers")
+					return nil
+				}
+				return printConsumers(out, list...)
+			})
+		},
+	})
+	var instance string
+	op := func(use, short string, fn func(*pipeline.ConsumerOps, context.Context, string, string) (pipeline.ConsumerStatus, error), verb string) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   use + " <name>",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+					st, err := fn(pipeline.NewConsumerOps(c.store), ctx, args[0], instance)
+					if err != nil {
+						return err
+					}
+					if o.json {
+						return writeJSON(out, st)
+					}
+					if verb != "" {
+						fmt.Fprintf(out, "consumer %s/%s %s\n", st.Name, st.InstanceID, verb)
+					}
+					return printConsumers(out, st)
+				})
+			},
+		}
+		cmd.Flags().StringVar(&instance, "instance", "", "instance id of a per-instance consumer's shard (default: the shared shard)")
+		return cmd
+	}
+	root.AddCommand(
+		op("status", "Show one consumer shard", (*pipeline.ConsumerOps).Status, ""),
+		op("restart", "Bring a dead shard back to idle; it retries the event that failed", (*pipeline.ConsumerOps).Restart, "restarted"),
+		op("skip", "Move a dead or idle shard's cursor past the next event", (*pipeline.ConsumerOps).Skip, "skipped its next event"),
+		op("disable", "Stop delivering to an idle or dead shard", (*pipeline.ConsumerOps).Disable, "disabled"),
+		op("enable", "Resume a disabled shard from its cursor", (*pipeline.ConsumerOps).Enable, "enabled"),
+	)
+	return root
+}
+
+func printConsumers(out io.Writer, list ...pipeline.ConsumerStatus) error {
+	w := newTable(out)
+	fmt.Fprintln(w, "NAME\tINSTANCE\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tATTEMPTS\tUPDATED\tLAST ERROR")
+	for _, s := range list {
+		lastErr := s.LastError
+		if lastErr == "" {
+			lastErr = "-"
+		}
+		lastErr = strings.ReplaceAll(lastErr, "\n", " ")
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", s.Name, s.InstanceID, s.Status, s.Cursor, s.Head,
+			s.LagEvents, s.LagSeconds, s.Attempts, s.UpdatedAt.UTC().Format(time.RFC3339), lastErr)
+	}
+	return w.Flush()
+}
+
+// ---- inspect ----
+
+// Timeline is what inspect prints with --json: a stream with every event,
+// archived or not, as read (upcast) and as stored. It matches the JSON of
+// GET /api/inspect.
+type Timeline struct {
+	AggregateID   uuid.UUID       `json:"aggregateId"`
+	AggregateType string          `json:"aggregateType"`
+	TenantID      uuid.UUID       `json:"tenantId"`
+	Version       int             `json:"version"`
+	Archived      bool            `json:"archived"`
+	Events        []TimelineEvent `json:"events"`
+}
+
+// TimelineEvent is one event of a Timeline.
+type TimelineEvent struct {
+	ID                 int64               `json:"id"`
+	Version            int                 `json:"version"`
+	Type               string              `json:"type"`
+	EventVersion       int                 `json:"eventVersion"`
+	Payload            json.RawMessage     `json:"payload"`
+	StoredEventVersion int                 `json:"storedEventVersion"`
+	RawPayload         json.RawMessage     `json:"rawPayload"`
+	Metadata           eventstore.Metadata `json:"metadata"`
+	CreatedAt          time.Time           `json:"createdAt"`
+	CreatedBy          string              `json:"createdBy"`
+}
+
+func parseTenant(s string) (uuid.UUID, error) {
+	if s == "" {
+		return uuid.Nil, errors.New("--tenant is required (a UUID)")
+	}
+	t, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("--tenant %q is not a UUID", s)
+	}
+	return t, nil
+}
+
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil || id == uuid.Nil {
+		return uuid.Nil, fmt.Errorf("id %q is not a non-nil UUID", s)
+	}
+	return id, nil
+}
+
+// timeline loads a stream (archived included) up to asOf (zero = now).
+func timeline(ctx context.Context, c *conn, tenant uuid.UUID, typ string, id uuid.UUID, asOf time.Time) (Timeline, error) {
+	evs, err := c.store.Load(ctx, tenant, id, eventstore.LoadOptions{IncludeArchived: true, AsOf: asOf})
+	if err != nil {
+		return Timeline{}, err
+	}
+	if len(evs) == 0 || evs[0].AggregateType != typ {
+		if !asOf.IsZero() {
+			return Timeline{}, fmt.Errorf("not found: no %s %s in tenant %s as of %s", typ, id, tenant, asOf.Format(time.RFC3339))
+		}
+		return Timeline{}, fmt.Errorf("not found: no %s %s in tenant %s", typ, id, tenant)
+	}
+	info, err := c.store.StreamInfo(ctx, tenant, id)
+	if err != nil {
+		return Timeline{}, err
+	}
+	out := Timeline{
+		AggregateID: id, AggregateType: typ, TenantID: tenant, Version: evs[len(evs)-1].Version,
+		Archived: info.Archived, Events: make([]TimelineEvent, len(evs)),
+	}
+	for i, e := range evs {
+		out.Events[i] = TimelineEvent{
+			ID: e.ID, Version: e.Version, Type: e.Type,
+			EventVersion: e.EventVersion, Payload: e.Payload,
+			StoredEventVersion: e.StoredEventVersion, RawPayload: e.StoredPayload,
+			Metadata: e.Metadata, CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
+		}
+	}
+	return out, nil
+}
+
+func printTimeline(out io.Writer, tl Timeline, generic bool) error {
+	archived := "no"
+	if tl.Archived {
+		archived = "yes"
+	}
+	fmt.Fprintf(out, "%s %s  tenant %s  version %d  archived %s\n\n", tl.AggregateType, tl.AggregateID, tl.TenantID, tl.Version, archived)
+	w := newTable(out)
+	if generic {
+		fmt.Fprintln(w, "VER\tID\tTYPE\tEV\tCREATED\tBY\tPAYLOAD (raw)")
+	} else {
+		fmt.Fprintln(w, "VER\tID\tTYPE\tEV\tCREATED\tBY\tPAYLOAD\tSTORED AS")
+	}
+	for _, e := range tl.Events {
+		by := e.CreatedBy
+		if by == "" {
+			by = "-"
+		}
+		line := fmt.Sprintf("%d\t%d\t%s\tv%d\t%s\t%s\t%s", e.Version, e.ID, e.Type, e.EventVersion,
+			e.CreatedAt.UTC().Format(time.RFC3339Nano), by, compact(e.Payload))
+		if !generic {
+			stored := "-"
+			if e.StoredEventVersion != e.EventVersion || string(e.RawPayload) != string(e.Payload) {
+				stored = fmt.Sprintf("v%d %s", e.StoredEventVersion, compact(e.RawPayload))
+			}
+			line += "\t" + stored
+		}
+		fmt.Fprintln(w, line)
+	}
+	return w.Flush()
+}
+
+// compact prints JSON on one line.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func (o *ops) inspectCmd() *cobra.Command {
+	var tenant string
+	long := "Print a stream's timeline: every event with its version, type, time, author and payload, " +
+		"archived streams included."
+	if o.generic {
+		long += "\n\nThe generic kumiko binary has no app features, so it cannot upcast: payloads are shown " +
+			"exactly as stored (raw). Run inspect on the app's own binary to see them upcast to current event versions."
+	} else {
+		long += " Payloads are upcast to the current event version; STORED AS shows the row as written when it differs."
+	}
+	cmd := &cobra.Command{
+		Use:   "inspect <aggregateType> <id>",
+		Short: "Show a stream's events (archived streams included)",
+		Long:  long,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := parseTenant(tenant)
+			if err != nil {
+				return err
+			}
+			id, err := parseID(args[1])
+			if err != nil {
+				return err
+			}
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				tl, err := timeline(ctx, c, t, args[0], id, time.Time{})
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return writeJSON(out, tl)
+				}
+				return printTimeline(out, tl, o.generic)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the stream belongs to (required)")
+	return cmd
+}
+
+// ---- events ----
+
+func (o *ops) eventsCmd() *cobra.Command {
+	root := &cobra.Command{Use: "events", Short: "Read the event log"}
+	root.AddCommand(o.tailCmd(), o.pruneCmd())
+	if !o.generic {
+		root.AddCommand(o.asofCmd())
+	}
+	return root
+}
+
+// TailEvent is one line of events tail --json (newline-delimited JSON).
+type TailEvent struct {
+	ID            int64           `json:"id"`
+	TenantID      uuid.UUID       `json:"tenantId"`
+	AggregateType string          `json:"aggregateType"`
+	AggregateID   uuid.UUID       `json:"aggregateId"`
+	Version       int             `json:"version"`
+	Type          string          `json:"type"`
+	EventVersion  int             `json:"eventVersion"`
+	Payload       json.RawMessage `json:"payload"`
+	CreatedAt     time.Time       `json:"createdAt"`
+	CreatedBy     string          `json:"createdBy"`
+}
+
+func (o *ops) tailCmd() *cobra.Command {
+	var (
+		follow  bool
+		types   []string
+		aggs    []string
+		tenant  string
+		after   int64
+		last    int
+		poll    time.Duration
+		afterOK bool
+	)
+	cmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Print the newest events (or those after --after); --follow keeps streaming",
+		Long: "Print the last --last events of the log (or every event after --after), oldest first, " +
+			"optionally filtered by event type, aggregate type and tenant. With --follow it keeps printing " +
+			"new events as they commit (LISTEN on the store's channel, plus polling) until interrupted.\n\n" +
+			"--json prints one JSON object per line (newline-delimited JSON).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			afterOK = cmd.Flags().Changed("after")
+			f := eventstore.ReadFilter{Types: types, AggregateTypes: aggs}
+			if tenant != "" {
+				t, err := parseTenant(tenant)
+				if err != nil {
+					return err
+				}
+				f.TenantID = t
+			}
+			if last < 0 {
+				return errors.New("--last must not be negative")
+			}
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				cursor := after
+				if !afterOK {
+					var err error
+					if cursor, err = tailStart(ctx, c, f, last); err != nil {
+						return err
+					}
+				}
+				p := &tailPrinter{out: out, json: o.json}
+				cursor, err := p.print(ctx, c, cursor, f)
+				if err != nil {
+					return err
+				}
+				if !follow {
+					if p.count == 0 && !o.json {
+						fmt.Fprintln(out, "no events")
+					}
+					return nil
+				}
+				err = followEvents(ctx, c, poll, func() error {
+					cursor, err = p.print(ctx, c, cursor, f)
+					return err
+				})
+				if ctx.Err() != nil {
+					return nil // interrupted: the normal end of --follow
+				}
+				return err
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&follow, "follow", "f", false, "keep printing new events until interrupted")
+	fl.StringArrayVar(&types, "type", nil, "only this event type (repeatable)")
+	fl.StringArrayVar(&aggs, "aggregate-type", nil, "only this aggregate type (repeatable)")
+	fl.StringVar(&tenant, "tenant", "", "only this tenant's events (UUID)")
+	fl.Int64Var(&after, "after", 0, "print every event after this global position instead of the last ones")
+	fl.IntVarP(&last, "last", "n", 20, "how many of the newest events to print first")
+	fl.DurationVar(&poll, "poll", time.Second, "with --follow: how often to look for events without a notification")
+	return cmd
+}
+
+// tailStart is the position before the last n events matching f.
+func tailStart(ctx context.Context, c *conn, f eventstore.ReadFilter, n int) (int64, error) {
+	if n == 0 {
+		var head int64
+		err := c.pool.QueryRow(ctx, fmt.Sprintf("SELECT COALESCE(max(id), 0) FROM %s", pgx.Identifier{c.cfg.Schema, "kumiko_events"}.Sanitize())).Scan(&head)
+		return head, err
+	}
+	var tenant *[16]byte
+	if f.TenantID != uuid.Nil {
+		t := [16]byte(f.TenantID)
+		tenant = &t
+	}
+	var start int64
+	err := c.pool.QueryRow(ctx, fmt.Sprintf(`SELECT COALESCE(min(id) - 1, 0) FROM (SELECT id FROM %s
+WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
+	AND ($3::text[] IS NULL OR type = ANY ($3))
+ORDER BY id DESC LIMIT $4) last`, pgx.Identifier{c.cfg.Schema, "kumiko_events"}.Sanitize()),
+		tenant, nilIfEmpty(f.AggregateTypes), nilIfEmpty(f.Types), n).Scan(&start)
+	if err != nil {
+		return 0, fmt.Errorf("events: %w", err)
+	}
+	return start, nil
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+type tailPrinter struct {
+	out    io.Writer
+	json   bool
+	header bool
+	count  int
+}
+
+// print prints the events after cursor and returns the new cursor.
+func (p *tailPrinter) print(ctx context.Context, c *conn, cursor int64, f eventstore.ReadFilter) (int64, error) {
+	var w *tabwriter.Writer
+	for e, err := range c.store.ReadAll(ctx, cursor, f) {
+		if err != nil {
+			return cursor, err
+		}
+		cursor = e.ID
+		p.count++
+		if p.json {
+			b, err := json.Marshal(TailEvent{
+				ID: e.ID, TenantID: e.TenantID, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
+				Version: e.Version, Type: e.Type, EventVersion: e.EventVersion, Payload: json.RawMessage(compact(e.Payload)),
+				CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
+			})
+			if err != nil {
+				return cursor, err
+			}
+			if _, err := fmt.Fprintf(p.out, "%s\n", b); err != nil {
+				return cursor, err
+			}
+			continue
+		}
+		if w == nil {
+			w = newTable(p.out)
+			if !p.header {
+				fmt.Fprintln(w, "ID\tCREATED\tTENANT\tAGGREGATE\tVER\tTYPE\tPAYLOAD")
+				p.header = true
+			}
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s/%s\t%d\t%s v%d\t%s\n", e.ID, e.CreatedAt.UTC().Format(time.RFC3339Nano), e.TenantID,
+			e.AggregateType, e.AggregateID, e.Version, e.Type, e.EventVersion, compact(e.Payload))
+	}
+	if w != nil {
+		return cursor, w.Flush()
+	}
+	return cursor, nil
+}
+
+// followEvents calls read whenever the store announces new events on its
+// notification channel, and at least every poll, until ctx ends or read
+// fails. A lost LISTEN connection is reopened; polling covers the gap.
+func followEvents(ctx context.Context, c *conn, poll time.Duration, read func() error) error {
+	if poll <= 0 {
+		poll = time.Second
+	}
+	var lc *pgxpool.Conn
+	defer func() {
+		if lc != nil {
+			lc.Release()
+		}
+	}()
+	listen := func() {
+		if lc != nil {
+			return
+		}
+		conn, err := c.pool.Acquire(ctx)
+		if err != nil {
+			return
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{c.store.NotifyChannel()}.Sanitize()); err != nil {
+			conn.Conn().Close(context.Background()) //nolint:errcheck // drop the broken connection
+			conn.Release()
+			return
+		}
+		lc = conn
+		// Events committed between the last read and LISTEN are caught by
+		// the read below.
+	}
+	for {
+		listen()
+		if err := read(); err != nil {
+			return err
+		}
+		if lc == nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(poll):
+			}
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, poll)
+		_, err := lc.Conn().WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			lc.Conn().Close(context.Background()) //nolint:errcheck // reopened next round
+			lc.Release()
+			lc = nil
+		}
+	}
+}
+
+func (o *ops) asofCmd() *cobra.Command {
+	var tenant string
+	cmd := &cobra.Command{
+		Use:   "asof <aggregateType> <id> <time>",
+		Short: "Show an aggregate as it was at a time (RFC 3339)",
+		Long: "For an entity: its state at that time, folded from its events through the app's detail query " +
+			"(run as an internal admin user of the tenant). For other aggregate types: the stream's events up to that time.",
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := parseTenant(tenant)
+			if err != nil {
+				return err
+			}
+			id, err := parseID(args[1])
+			if err != nil {
+				return err
+			}
+			at, err := time.Parse(time.RFC3339Nano, args[2])
+			if err != nil {
+				return fmt.Errorf("time %q is not RFC 3339 (e.g. 2025-01-31T12:00:00Z)", args[2])
+			}
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				if h, ok := detailHandler(c.reg, args[0]); ok {
+					return o.entityAsOf(ctx, c, out, h, t, args[0], id, at)
+				}
+				tl, err := timeline(ctx, c, t, args[0], id, at)
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return writeJSON(out, tl)
+				}
+				return printTimeline(out, tl, o.generic)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the aggregate belongs to (required)")
+	return cmd
+}
+
+// detailHandler is the detail query of entity typ, when it has one.
+func detailHandler(reg *registry.Registry, typ string) (registry.Handler, bool) {
+	e, ok := reg.Entity(typ)
+	if !ok || !slices.Contains(e.Verbs(), feature.VerbDetail) {
+		return registry.Handler{}, false
+	}
+	return reg.Handler(feature.VerbDetail.HandlerName(e.Name()))
+}
+
+func (o *ops) entityAsOf(ctx context.Context, c *conn, out io.Writer, h registry.Handler, tenant uuid.UUID, typ string, id uuid.UUID, at time.Time) error {
+	roles := append(h.Access.RoleNames(), "Admin")
+	caller := pipeline.Caller{
+		User:      feature.User{ID: cliUser, TenantID: tenant, Roles: roles, Authenticated: true},
+		RequestID: "cli-" + uuid.NewString(),
+	}
+	payload, _ := json.Marshal(map[string]any{"id": id, "asOf": at.Format(time.RFC3339Nano)})
+	res, err := c.disp.Query(ctx, caller, pipeline.Request{Type: h.Name, Payload: payload})
+	if err != nil {
+		return err
+	}
+	if res == nil {
+		return fmt.Errorf("not found: no %s %s in tenant %s as of %s (missing, not yet created, deleted or archived)",
+			typ, id, tenant, at.Format(time.RFC3339))
+	}
+	if o.json {
+		return writeJSON(out, res)
+	}
+	row, ok := res.(map[string]any)
+	if !ok {
+		return writeJSON(out, res)
+	}
+	fmt.Fprintf(out, "%s %s  tenant %s  as of %s\n\n", typ, id, tenant, at.Format(time.RFC3339Nano))
+	keys := make([]string, 0, len(row))
+	for k := range row {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	w := newTable(out)
+	fmt.Fprintln(w, "FIELD\tVALUE")
+	for _, k := range keys {
+		v := row[k]
+		var s string
+		switch v := v.(type) {
+		case nil:
+			s = "-"
+		case string:
+			s = v
+		default:
+			b, _ := json.Marshal(v)
+			s = string(b)
+		}
+		fmt.Fprintf(w, "%s\t%s\n", k, s)
+	}
+	return w.Flush()
+}
+
+// ---- token ----
+
+func (o *ops) tokenCmd() *cobra.Command {
+	var (
+		user, tenant string
+		roles        []string
+		ttl          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Issue a development JWT (HS256, signed with KUMIKO_JWT_SECRET or the development secret)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := o.cfg.FromEnv()
+			secret := cfg.JWTSecret
+			if secret == "" {
+				secret = devJWTSecret
+				fmt.Fprintln(cmd.ErrOrStderr(), "no KUMIKO_JWT_SECRET; signing with the development secret")
+			}
+			tok, err := khttp.IssueToken([]byte(secret), user, tenant, roles, ttl)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if o.json {
+				if roles == nil {
+					roles = []string{}
+				}
+				return writeJSON(out, map[string]any{
+					"token": tok, "user": user, "tenant": tenant, "roles": roles,
+					"expiresAt": time.Now().Add(ttl).UTC().Truncate(time.Second),
+				})
+			}
+			_, err = fmt.Fprintln(out, tok)
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&user, "user", "dev", "user id (the token's subject)")
+	fl.StringVar(&tenant, "tenant", devTenant, "tenant UUID")
+	fl.StringSliceVar(&roles, "roles", []string{"Admin", "User"}, "roles, comma-separated")
+	fl.DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token is valid")
+	return cmd
+}
+
+// isTerminal reports whether f is a character device (a terminal), for
+// progress bars.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// ---- project ----
+
+func (o *ops) projectCmd() *cobra.Command {
+	root := &cobra.Command{Use: "project", Short: "List projections and rebuild them from the events"}
+	statuses := func(ctx context.Context, c *conn) ([]pipeline.ProjectionStatus, error) {
+		list, err := c.disp.ProjectionStatuses(ctx)
+		if list == nil {
+			list = []pipeline.ProjectionStatus{}
+		}
+		return list, err
+	}
+	root.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List the projections with their status, cursor and lag",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				list, err := statuses(ctx, c)
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return writeJSON(out, list)
+				}
+				if len(list) == 0 {
+					fmt.Fprintln(out, "no projections")
+					return nil
+				}
+				return printProjections(out, list...)
+			})
+		},
+	}, &cobra.Command{
+		Use:   "status <name>",
+		Short: "Show one projection",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				list, err := statuses(ctx, c)
+				if err != nil {
+					return err
+				}
+				i := slices.IndexFunc(list, func(s pipeline.ProjectionStatus) bool { return s.Name == args[0] })
+				if i < 0 {
+					return fmt.Errorf("not found: no projection %s", args[0])
+				}
+				if o.json {
+					return writeJSON(out, list[i])
+				}
+				return printProjections(out, list[i])
+			})
+		},
+	})
+	var quarantine bool
+	rebuild := &cobra.Command{
+		Use:   "rebuild <name>",
+		Short: "Rebuild a projection from the events into a shadow table and swap it in (no downtime)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				p := newProgress(cmd.ErrOrStderr(), "rebuild "+args[0])
+				res, err := c.disp.RebuildProjection(ctx, args[0], pipeline.RebuildOptions{Progress: p.report, Quarantine: quarantine})
+				p.done()
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return writeJSON(out, map[string]any{
+						"name": res.Name, "kind": res.Kind, "applied": res.Applied, "quarantined": res.Quarantined,
+						"lastEventId": res.LastEventID, "durationMs": res.Duration.Milliseconds(),
+					})
+				}
+				fmt.Fprintf(out, "rebuilt %s (%s): %d events applied, %d quarantined, up to event %d, in %s\n",
+					res.Name, res.Kind, res.Applied, res.Quarantined, res.LastEventID, res.Duration.Round(time.Millisecond))
+				return nil
+			})
+		},
+	}
+	rebuild.Flags().BoolVar(&quarantine, "quarantine", false, "skip events whose apply fails (recorded in kumiko_projection_quarantine) instead of failing")
+	root.AddCommand(rebuild)
+	return root
+}
+
+func printProjections(out io.Writer, list ...pipeline.ProjectionStatus) error {
+	w := newTable(out)
+	fmt.Fprintln(w, "NAME\tKIND\tSTATUS\tCURSOR\tHEAD\tLAG\tLAST REBUILD\tLAST ERROR")
+	for _, s := range list {
+		last, lastErr := "-", "-"
+		if s.LastRebuildAt != nil {
+			last = s.LastRebuildAt.UTC().Format(time.RFC3339)
+		}
+		if s.LastError != "" {
+			lastErr = strings.ReplaceAll(s.LastError, "\n", " ")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.Kind, s.Status, s.Cursor, s.Head, s.Lag, last, lastErr)
+	}
+	return w.Flush()
+}
+
+// progress reports a long operation: a bar redrawn in place on a terminal,
+// else a plain line at most every progressEvery.
+type progress struct {
+	out   io.Writer
+	label string
+	tty   bool
+	last  time.Time
+	drawn bool
+}
+
+const progressEvery = 2 * time.Second
+
+func newProgress(out io.Writer, label string) *progress {
+	f, ok := out.(*os.File)
+	return &progress{out: out, label: label, tty: ok && isTerminal(f)}
+}
+
+func (p *progress) report(done, total int64) {
+	now := time.Now()
+	if p.tty {
+		const width = 30
+		frac := 1.0
+		if total > 0 {
+			frac = min(float64(done)/float64(total), 1)
+		}
+		n := int(frac * width)
+		fmt.Fprintf(p.out, "\r%s [%s%s] %3.0f%% %d/%d events", p.label, strings.Repeat("#", n), strings.Repeat(".", width-n), frac*100, done, total)
+		p.drawn = true
+		return
+	}
+	if now.Sub(p.last) < progressEvery && done < total {
+		return
+	}
+	p.last = now
+	fmt.Fprintf(p.out, "%s: %d/%d events\n", p.label, done, total)
+}
+
+func (p *progress) done() {
+	if p.tty && p.drawn {
+		fmt.Fprintln(p.out)
+	}
+}
+
+// ---- events prune ----
+
+func (o *ops) pruneCmd() *cobra.Command {
+	var (
+		olderThan string
+		types     []string
+		dryRun    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove old events of the named aggregate types (refused while a consumer still needs them)",
+		Long: "Remove the events of the aggregate types named by --types created before --older-than " +
+			"(a duration such as 720h or 30d, counted back from now, or an RFC 3339 time). It refuses, " +
+			"removing nothing, while a consumer that is not disabled has not processed them. Snapshots and " +
+			"archive markers are kept. --dry-run counts without removing.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			before, err := parseOlderThan(olderThan, time.Now())
+			if err != nil {
+				return err
+			}
+			if len(types) == 0 {
+				return errors.New("--types is required: the aggregate types whose events to remove")
+			}
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				p := newProgress(cmd.ErrOrStderr(), "prune")
+				if p.tty {
+					fmt.Fprintf(p.out, "pruning events of %s created before %s…", strings.Join(types, ", "), before.UTC().Format(time.RFC3339))
+					p.drawn = true
+				}
+				res, err := pipeline.NewConsumerOps(c.store).PruneEvents(ctx, pipeline.PruneOptions{
+					OlderThan: before, AggregateTypes: types, DryRun: dryRun,
+				})
+				p.done()
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return writeJSON(out, map[string]any{
+						"deleted": res.Deleted, "upTo": res.UpTo, "byType": res.ByType, "dryRun": dryRun,
+						"olderThan": before.UTC(),
+					})
+				}
+				verb := "removed"
+				if dryRun {
+					verb = "would remove (dry run)"
+				}
+				fmt.Fprintf(out, "%s %d events created before %s, up to event %d\n", verb, res.Deleted, before.UTC().Format(time.RFC3339), res.UpTo)
+				w := newTable(out)
+				fmt.Fprintln(w, "AGGREGATE TYPE\tEVENTS")
+				for _, t := range types {
+					fmt.Fprintf(w, "%s\t%d\n", t, res.ByType[t])
+				}
+				return w.Flush()
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&olderThan, "older-than", "", "remove events created before this: a duration back from now (720h, 30d) or an RFC 3339 time (required)")
+	fl.StringSliceVar(&types, "types", nil, "aggregate types whose events to remove, comma-separated (required)")
+	fl.BoolVar(&dryRun, "dry-run", false, "count what would be removed, remove nothing")
+	return cmd
+}
+
+// parseOlderThan reads a duration back from now (Go syntax, plus a "d" day
+// suffix) or an RFC 3339 time.
+func parseOlderThan(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, errors.New("--older-than is required (a duration such as 30d or an RFC 3339 time)")
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n float64
+		if _, err := fmt.Sscanf(days, "%g", &n); err == nil && n > 0 {
+			return now.Add(-time.Duration(n * float64(24*time.Hour))), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("--older-than %q is neither a positive duration (720h, 30d) nor an RFC 3339 time", s)
+	}
+	return now.Add(-d), nil
+}
