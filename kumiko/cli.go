@@ -50,7 +50,7 @@ func OpsCommands(cfg Config, features ...*feature.Feature) []*cobra.Command {
 		o.tokenCmd(),
 	}
 	if !o.generic {
-		cmds = append(cmds, o.projectCmd())
+		cmds = append(cmds, o.projectCmd(), o.snapshotCmd())
 	}
 	for _, c := range cmds {
 		f := c.PersistentFlags()
@@ -745,6 +745,38 @@ func (o *ops) asofCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the aggregate belongs to (required)")
+	return cmd
+}
+
+func (o *ops) snapshotCmd() *cobra.Command {
+	var tenant string
+	cmd := &cobra.Command{
+		Use:   "snapshot <entity> <id>",
+		Short: "Fold an entity's stream and store a snapshot at its head",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := parseTenant(tenant)
+			if err != nil {
+				return err
+			}
+			id, err := parseID(args[1])
+			if err != nil {
+				return err
+			}
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				v, err := c.disp.SnapshotEntity(ctx, t, args[0], id)
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return writeJSON(out, map[string]any{"aggregateType": args[0], "aggregateId": id, "version": v})
+				}
+				_, err = fmt.Fprintf(out, "snapshot of %s %s at version %d\n", args[0], id, v)
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the entity belongs to (required)")
 	return cmd
 }
 

@@ -181,6 +181,36 @@ func (d *Dispatcher) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event
 	return row, nil
 }
 
+// SnapshotEntity folds an entity's stream and stores a snapshot at its head,
+// in its own transaction; it returns the snapshot's version. Loads then
+// start from it. A missing, foreign or deleted entity answers
+// aggregate_not_found.
+func (d *Dispatcher) SnapshotEntity(ctx context.Context, tenant uuid.UUID, entity string, id uuid.UUID) (int, error) {
+	t, ok := d.entities[entity]
+	if !ok {
+		return 0, notFoundf("handler_not_found", "%s is not an entity", entity)
+	}
+	if t.e.SystemStream() {
+		tenant = eventstore.SystemTenant
+	}
+	var version int
+	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		state, v, err := d.loadEntity(ctx, tx, t, tenant, id)
+		if err != nil {
+			return err
+		}
+		if state == nil {
+			return notFoundf("aggregate_not_found", "no %s %s", entity, id)
+		}
+		version = v
+		return d.snapshotEntity(ctx, tx, t, tenant, id)
+	})
+	if err != nil {
+		return 0, AsError(err)
+	}
+	return version, nil
+}
+
 // snapshotEntity folds the stream (from its newest snapshot) and stores the
 // state as a snapshot at the head.
 func (d *Dispatcher) snapshotEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) error {

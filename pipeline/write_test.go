@@ -498,3 +498,23 @@ func TestIdempotencyKeyBackstop(t *testing.T) {
 	require.Equal(t, 1, wins)
 	require.Equal(t, 4, events(t, app))
 }
+
+func TestSnapshotEntity(t *testing.T) {
+	t.Parallel()
+	app := newNotes(t)
+	n := write(t, app, alice, "note.create", `{"title":"x"}`)
+	write(t, app, alice, "note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"]))
+	id := uuid.MustParse(n["id"].(string))
+
+	v, err := app.Dispatcher.SnapshotEntity(ctx, tenantA, "note", id)
+	require.NoError(t, err)
+	require.Equal(t, 2, v)
+	require.Equal(t, "y", queryString(t, app, "SELECT state->>'title' FROM kumiko_snapshots WHERE aggregate_id = $1 AND version = 2", id))
+
+	_, err = app.Dispatcher.SnapshotEntity(ctx, tenantB, "note", id)
+	c, _ := code(t, err)
+	require.Equal(t, "not_found", c, "another tenant's entity")
+	_, err = app.Dispatcher.SnapshotEntity(ctx, tenantA, "nope", id)
+	c, _ = code(t, err)
+	require.Equal(t, "not_found", c)
+}
