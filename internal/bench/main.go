@@ -15,7 +15,12 @@
 //   - an HTTP create (POST /api/write with a bearer token, validation, an
 //     Idempotency-Key in Redis and the read row) through a kumiko server on
 //     loopback at 1 and 16 writers against that raw transaction, with the
-//     p50 and p99 latency of both sides.
+//     p50 and p99 latency of both sides;
+//   - the event dispatcher with a no-op consumer: the drain of a 200,000-event
+//     backlog by RunPass (batch 200) against the same pass written by hand;
+//     commit-to-handler p50 and p99 at 200 appends/s, woken by LISTEN/NOTIFY
+//     and in process, against a hand-written listener; and the heap and RSS
+//     while draining a 1,000,000-event backlog.
 //
 // Each comparison warms both sides up, then runs them in alternating rounds
 // for -duration in total per side, so both see the same machine state. The
@@ -152,7 +157,7 @@ func run(cfg config) error {
 	}
 
 	var rows []row
-	for _, group := range []func(context.Context) ([]row, error){b.appendRows, b.batchRows, b.loadRows, b.pipelineRows, b.httpRows} {
+	for _, group := range []func(context.Context) ([]row, error){b.appendRows, b.batchRows, b.loadRows, b.pipelineRows, b.httpRows, b.dispatcherRows} {
 		rs, err := group(ctx)
 		rows = append(rows, rs...)
 		if err != nil {

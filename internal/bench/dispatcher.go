@@ -1,0 +1,751 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+const (
+	drainBacklog   = 200_000   // events the drain comparison reads from cursor 0
+	memBacklog     = 1_000_000 // events of the drain whose memory is sampled
+	passBatch      = 200       // events per pass: the consumer default
+	paceRate       = 200       // appends per second of the latency writer
+	memSampleEvery = 5         // passes between memory samples of the backlog drain
+	memAfter       = 10_000    // events after which the backlog drain's first memory figure is taken
+	benchInstance  = "bench"   // the event dispatchers' instance id
+)
+
+// dispatcherRows measures the async event dispatcher (pipeline.EventDispatcher)
+// with a no-op consumer, each against a hand-written pgx baseline:
+//
+//   - the drain of a drainBacklog-event backlog by RunPass in a loop, 1
+//     client, batch 200, next to the same pass shape by hand (lock the state
+//     row FOR UPDATE SKIP LOCKED, read the next 200 events, write the
+//     cursor) on the same table;
+//   - the latency from an append's commit (its return in the writer) to the
+//     handler, p50 and p99, of a started dispatcher woken by LISTEN/NOTIFY
+//     from another store and pool, and by the in-process wake-up of the same
+//     store, next to a hand-written listener running the raw pass;
+//   - the drain of a memBacklog-event backlog with the heap in use and
+//     the resident set sampled along the way: after the first 10,000 events,
+//     the peak, and the peak relative to the first tenth of the drain.
+func (b *bench) dispatcherRows(ctx context.Context) ([]row, error) {
+	var rows []row
+	for _, group := range []func(context.Context) ([]row, error){b.drainRows, b.latencyRows, b.backlogRows} {
+		rs, err := group(ctx)
+		rows = append(rows, rs...)
+		if err != nil {
+			return rows, err
+		}
+	}
+	return rows, nil
+}
+
+// drainRows compares the drain of a drainBacklog-event backlog by the
+// dispatcher with the raw pass, each from a fresh cursor at 0 in every round.
+func (b *bench) drainRows(ctx context.Context) ([]row, error) {
+	schema := b.store.Schema() + "_drain"
+	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s …\n", formatValue(drainBacklog, ""), schema)
+	store, err := b.migratedStore(ctx, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer dropSchemas(b.pool, store, schema) // nothing appended through store: nothing to wait for
+	last, err := b.seedBacklog(ctx, schema, drainBacklog)
+	if err != nil {
+		return nil, err
+	}
+
+	name := fmt.Sprintf("dispatcher drain %s events, no-op consumer, batch %d", formatValue(drainBacklog, ""), passBatch)
+	fmt.Fprintf(os.Stderr, "  %s …\n", name)
+	raw := newRawPasser(b.pool, schema)
+	sides := [2]func(ctx context.Context, consumer string) (passFunc, error){
+		func(ctx context.Context, consumer string) (passFunc, error) {
+			return noopConsumer(ctx, store, consumer)
+		},
+		func(ctx context.Context, consumer string) (passFunc, error) { return raw.start(ctx, consumer, 0, nil) },
+	}
+	sideNames := [2]string{"fw", "raw"}
+	if b.cfg.warmup > 0 {
+		for i, start := range sides {
+			pass, err := start(ctx, "bench-drain-warmup-"+sideNames[i])
+			if err != nil {
+				return nil, err
+			}
+			if _, err := drain(ctx, pass, last, time.Now().Add(b.cfg.warmup), nil); err != nil {
+				return nil, fmt.Errorf("%s: warm-up: %w", name, err)
+			}
+		}
+	}
+	var total [2]measured
+	for round := range b.cfg.rounds {
+		for i := range 2 {
+			side := (i + round) % 2
+			pass, err := sides[side](ctx, fmt.Sprintf("bench-drain-%d-%s", round, sideNames[side]))
+			if err != nil {
+				return nil, err
+			}
+			m, err := drain(ctx, pass, last, time.Time{}, nil)
+			if err == nil && m.units != drainBacklog {
+				err = fmt.Errorf("drained %d events, want %d", m.units, drainBacklog)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			total[side].units += m.units
+			total[side].elapsed += m.elapsed
+		}
+	}
+	return []row{{name: name, unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.60)}}, nil
+}
+
+// latencyRows measures commit-to-handler latency at paceRate appends/s of one
+// event each: once with the writer on a store and pool of its own, so only
+// LISTEN/NOTIFY can wake the consumer, and once with the writer on the
+// consumer's store, so the in-process wake-up applies too. The raw side is a
+// goroutine woken the same way (its own LISTEN connection, or
+// Store.Subscribe) that runs the raw pass until a batch is not full. Both
+// sides alternate in rounds as compare does; a writer's time is taken when
+// its append returned, the handler's when it is called with the event, both
+// in this process. A handler that ran before the append returned counts as 0.
+func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
+	schema := b.store.Schema() + "_lat"
+	store, err := b.migratedStore(ctx, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer dropSchemas(b.pool, store, schema)
+	// The writer of the LISTEN/NOTIFY rows: nothing it appends reaches the
+	// consumer's store in this process.
+	wcfg := b.pool.Config().Copy()
+	wcfg.MaxConns, wcfg.MinConns = 4, 2
+	wpool, err := pgxpool.NewWithConfig(ctx, wcfg)
+	if err != nil {
+		return nil, err
+	}
+	defer wpool.Close()
+	wstore, err := eventstore.New(wpool, eventstore.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	defer wstore.Close() // before wpool closes: its last notification may be on the way
+
+	raw := newRawPasser(b.pool, schema)
+	channel := store.NotifyChannel()
+	fw := latencySide{listens: true, start: func(ctx context.Context, consumer string, see func(eventstore.Event)) (func() error, error) {
+		d, err := pipeline.NewEventDispatcher(store, pipeline.EventDispatcherConfig{InstanceID: benchInstance}, pipeline.Consumer{
+			Name:      consumer,
+			StartFrom: feature.FromNow,
+			BatchSize: passBatch,
+			Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
+				see(ev)
+				return nil
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := d.Start(ctx); err != nil {
+			return nil, err
+		}
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return d.Stop(ctx)
+		}, nil
+	}}
+	rawListen := latencySide{listens: true, start: func(ctx context.Context, consumer string, see func(eventstore.Event)) (func() error, error) {
+		conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			conn.Close(context.Background())
+			return nil, err
+		}
+		stop, err := raw.receive(ctx, consumer, func(ctx context.Context) error {
+			_, err := conn.WaitForNotification(ctx)
+			return err
+		}, see)
+		if err != nil {
+			conn.Close(context.Background())
+			return nil, err
+		}
+		return func() error {
+			err := stop()
+			conn.Close(context.Background())
+			return err
+		}, nil
+	}}
+	rawLocal := func(w *eventstore.Store) latencySide {
+		return latencySide{start: func(ctx context.Context, consumer string, see func(eventstore.Event)) (func() error, error) {
+			wake, unsubscribe := w.Subscribe()
+			stop, err := raw.receive(ctx, consumer, func(ctx context.Context) error {
+				select {
+				case <-wake:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, see)
+			if err != nil {
+				unsubscribe()
+				return nil, err
+			}
+			return func() error {
+				err := stop()
+				unsubscribe()
+				return err
+			}, nil
+		}}
+	}
+
+	modes := []struct {
+		name   string
+		writer *eventstore.Store
+		raw    latencySide
+		p99    goal
+	}{
+		{"LISTEN/NOTIFY, other store", wstore, rawListen, goal{text: "≤ 20 ms", met: func(fw, _ float64) bool { return fw <= 20_000 }}},
+		{"in-process wake-up, same store", store, rawLocal(store), goal{}},
+	}
+	var rows []row
+	phase := 0 // numbers the consumers: every phase starts one
+	for _, m := range modes {
+		fmt.Fprintf(os.Stderr, "  dispatcher commit→handler latency, %s, %d appends/s …\n", m.name, paceRate)
+		sides := [2]latencySide{fw, m.raw}
+		lat := [2]*latencies{newLatencies(1), newLatencies(1)}
+		run := func(side int, d time.Duration, into *latencies) error {
+			phase++
+			return b.pacedPhase(ctx, m.writer, sides[side], fmt.Sprintf("bench-latency-%d", phase), channel, d, into)
+		}
+		if b.cfg.warmup > 0 {
+			for side := range 2 {
+				if err := run(side, b.cfg.warmup, nil); err != nil {
+					return rows, fmt.Errorf("latency, %s: warm-up: %w", m.name, err)
+				}
+			}
+		}
+		slice := b.cfg.duration / time.Duration(b.cfg.rounds)
+		for round := range b.cfg.rounds {
+			for i := range 2 {
+				side := (i + round) % 2
+				if err := run(side, slice, lat[side]); err != nil {
+					return rows, fmt.Errorf("latency, %s: %w", m.name, err)
+				}
+			}
+		}
+		for _, q := range []float64{0.50, 0.99} {
+			r := row{
+				name: fmt.Sprintf("dispatcher commit→handler p%.0f, %s, %d appends/s", q*100, m.name, paceRate),
+				unit: "µs",
+				fw:   micros(lat[0].quantile(q)),
+				raw:  micros(lat[1].quantile(q)),
+			}
+			if q == 0.99 {
+				r.goal = m.p99
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// latencySide is one side of a latency comparison: start begins consuming
+// the events appended from now on, calling see with each, until stop.
+type latencySide struct {
+	listens bool // start opens a LISTEN connection on the store's channel
+	start   func(ctx context.Context, consumer string, see func(eventstore.Event)) (stop func() error, err error)
+}
+
+// pacedPhase starts side as consumer, appends one event per append through w
+// at paceRate for d, waits until the consumer saw every event, stops it and
+// adds the commit-to-handler latencies to into (nil: discard them).
+func (b *bench) pacedPhase(ctx context.Context, w *eventstore.Store, side latencySide, consumer, channel string, d time.Duration, into *latencies) error {
+	// A listener of the previous phase may still be leaving the server.
+	if err := waitListeners(ctx, w.Pool(), channel, 0); err != nil {
+		return err
+	}
+	dl := &deliveries{committed: map[int64]time.Time{}, seen: map[int64]time.Time{}}
+	stop, err := side.start(ctx, consumer, dl.see)
+	if err != nil {
+		return err
+	}
+	if side.listens {
+		if err := waitListeners(ctx, w.Pool(), channel, 1); err != nil {
+			return errors.Join(err, stop())
+		}
+	}
+	err = b.paceAppends(ctx, w, d, dl)
+	if err == nil {
+		err = dl.waitSeen(ctx, 5*time.Second)
+	}
+	if err := errors.Join(err, stop()); err != nil {
+		return err
+	}
+	if into != nil {
+		dl.record(into)
+	}
+	return nil
+}
+
+// paceAppends appends one event to a new stream through w paceRate times a
+// second for d, recording each event's id and the time its append returned.
+func (b *bench) paceAppends(ctx context.Context, w *eventstore.Store, d time.Duration, dl *deliveries) error {
+	ev := benchEvent()
+	tick := time.NewTicker(time.Second / paceRate)
+	defer tick.Stop()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		res, err := w.Append(ctx, eventstore.Stream{TenantID: b.tenant, AggregateType: aggType}, 0, ev)
+		if err != nil {
+			return err
+		}
+		dl.commit(res.Events[0].ID, time.Now())
+	}
+	return nil
+}
+
+// waitListeners waits until exactly n sessions of the server are idle after
+// LISTEN on channel.
+func waitListeners(ctx context.Context, pool *pgxpool.Pool, channel string, n int) error {
+	listen := "LISTEN " + pgx.Identifier{channel}.Sanitize()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		var got int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' AND query = $1`,
+			listen).Scan(&got); err != nil {
+			return fmt.Errorf("wait for %d listeners on %s: %w", n, channel, err)
+		}
+		if got == n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %d listeners on %s: %d after 10s", n, channel, got)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// deliveries are the times at which a paced writer's events committed and
+// at which a consumer saw them, by event id.
+type deliveries struct {
+	mu        sync.Mutex
+	committed map[int64]time.Time
+	seen      map[int64]time.Time
+}
+
+func (d *deliveries) commit(id int64, at time.Time) {
+	d.mu.Lock()
+	d.committed[id] = at
+	d.mu.Unlock()
+}
+
+func (d *deliveries) see(ev eventstore.Event) {
+	at := time.Now()
+	d.mu.Lock()
+	if _, ok := d.seen[ev.ID]; !ok {
+		d.seen[ev.ID] = at
+	}
+	d.mu.Unlock()
+}
+
+// unseen counts the committed events the consumer did not see yet.
+func (d *deliveries) unseen() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for id := range d.committed {
+		if _, ok := d.seen[id]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// waitSeen waits until the consumer saw every committed event.
+func (d *deliveries) waitSeen(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		n := d.unseen()
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d events not delivered after %s", n, len(d.committed), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// record adds the latency of every event to l.
+func (d *deliveries) record(l *latencies) {
+	for id, committed := range d.committed {
+		l.workers[0] = append(l.workers[0], max(d.seen[id].Sub(committed), 0))
+	}
+}
+
+// backlogRows drains a memBacklog-event backlog once with the dispatcher
+// and once with the raw pass, sampling the heap in use and the resident set
+// every memSampleEvery passes, after the garbage of earlier work was returned
+// to the OS. Memory is flat when the peak of the whole drain is that of its
+// first tenth: nothing held grows with the events read.
+func (b *bench) backlogRows(ctx context.Context) ([]row, error) {
+	const n = memBacklog
+	schema := b.store.Schema() + "_backlog"
+	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s with COPY …\n", formatValue(n, ""), schema)
+	store, err := b.migratedStore(ctx, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer dropSchemas(b.pool, store, schema)
+	start := time.Now()
+	last, err := b.seedBacklog(ctx, schema, n)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "  seeded in %s\n", time.Since(start).Round(time.Millisecond))
+
+	name := fmt.Sprintf("dispatcher drain %s-event backlog, no-op consumer", formatValue(n, ""))
+	fmt.Fprintf(os.Stderr, "  %s …\n", name)
+	raw := newRawPasser(b.pool, schema)
+	sides := [2]func(ctx context.Context) (passFunc, error){
+		func(ctx context.Context) (passFunc, error) { return noopConsumer(ctx, store, "bench-backlog") },
+		func(ctx context.Context) (passFunc, error) { return raw.start(ctx, "bench-backlog-raw", 0, nil) },
+	}
+	var (
+		rates   [2]float64
+		samples [2]*memSampler
+	)
+	for side, start := range sides {
+		pass, err := start(ctx)
+		if err != nil {
+			return nil, err
+		}
+		debug.FreeOSMemory()
+		s := &memSampler{early: n / 10}
+		m, err := drain(ctx, pass, last, time.Time{}, s.after)
+		if err == nil && m.units != int64(n) {
+			err = fmt.Errorf("drained %d events, want %d", m.units, n)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		rates[side], samples[side] = m.rate(), s
+	}
+	fw, rw := samples[0], samples[1]
+	flat := goal{text: "≤ 1.50x", met: func(fw, _ float64) bool { return fw <= 1.5 }}
+	after := "after " + formatValue(memAfter, "") + " events"
+	return []row{
+		{name: name, unit: "events/s", fw: rates[0], raw: rates[1]},
+		{name: "  heap in use " + after, unit: "KiB", fw: kib(fw.at.heap), raw: kib(rw.at.heap)},
+		{name: "  peak heap in use", unit: "KiB", fw: kib(fw.peak.heap), raw: kib(rw.peak.heap)},
+		{name: "  peak heap in use / peak in the first tenth", unit: "x", fw: ratio(fw.peak.heap, fw.earlyPeak.heap), raw: ratio(rw.peak.heap, rw.earlyPeak.heap), goal: flat},
+		{name: "  VmRSS " + after, unit: "KiB", fw: kib(fw.at.rss), raw: kib(rw.at.rss)},
+		{name: "  peak VmRSS", unit: "KiB", fw: kib(fw.peak.rss), raw: kib(rw.peak.rss)},
+		{name: "  peak VmRSS / peak in the first tenth", unit: "x", fw: ratio(fw.peak.rss, fw.earlyPeak.rss), raw: ratio(rw.peak.rss, rw.earlyPeak.rss), goal: flat},
+	}, nil
+}
+
+// memSample is the heap in use and the resident set, in bytes.
+type memSample struct{ heap, rss uint64 }
+
+func readMem() memSample {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memSample{heap: ms.HeapInuse, rss: vmRSS()}
+}
+
+func (s memSample) max(o memSample) memSample {
+	return memSample{heap: max(s.heap, o.heap), rss: max(s.rss, o.rss)}
+}
+
+// vmRSS is the process's resident set from /proc/self/status; 0 where there
+// is none.
+func vmRSS() uint64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range bytes.Lines(status) {
+		if rest, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
+			kb, err := strconv.ParseUint(string(bytes.TrimSuffix(bytes.TrimSpace(rest), []byte(" kB"))), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// memSampler samples memory along a drain: every memSampleEvery passes and
+// once memAfter events were drained.
+type memSampler struct {
+	early     int       // events of the first tenth
+	passes    int       // passes so far
+	at        memSample // after memAfter events
+	earlyPeak memSample // over the samples within the first tenth
+	peak      memSample // over all samples
+}
+
+func (s *memSampler) after(events int) {
+	s.passes++
+	first := s.at == (memSample{}) && events >= memAfter
+	if s.passes%memSampleEvery != 0 && !first {
+		return
+	}
+	m := readMem()
+	if first {
+		s.at = m
+	}
+	s.peak = s.peak.max(m)
+	if events <= s.early {
+		s.earlyPeak = s.earlyPeak.max(m)
+	}
+}
+
+func kib(bytes uint64) float64 { return float64(bytes) / 1024 }
+
+func ratio(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// passFunc runs one pass of a consumer and returns the events it handled and
+// the cursor after it.
+type passFunc func(ctx context.Context) (handled int, cursor int64, err error)
+
+// drain runs pass until the cursor reaches last (or, with a non-zero until,
+// until that time) and returns the events handled and the time it took.
+// after, when set, is called after every pass with the events handled so far.
+func drain(ctx context.Context, pass passFunc, last int64, until time.Time, after func(events int)) (measured, error) {
+	var m measured
+	start := time.Now()
+	for {
+		n, cursor, err := pass(ctx)
+		if err != nil {
+			return m, err
+		}
+		m.units += int64(n)
+		if after != nil {
+			after(int(m.units))
+		}
+		if cursor >= last || (!until.IsZero() && time.Now().After(until)) {
+			break
+		}
+		if n == 0 {
+			return m, fmt.Errorf("a pass handled nothing at cursor %d of %d", cursor, last)
+		}
+	}
+	m.elapsed = time.Since(start)
+	return m, nil
+}
+
+// noopConsumer registers the shared consumer name, starting at the beginning
+// of store's log, on a dispatcher of its own and returns a pass of it by
+// RunPass. Its handler does nothing.
+func noopConsumer(ctx context.Context, store *eventstore.Store, name string) (passFunc, error) {
+	d, err := pipeline.NewEventDispatcher(store, pipeline.EventDispatcherConfig{InstanceID: benchInstance}, pipeline.Consumer{
+		Name:      name,
+		BatchSize: passBatch,
+		Handle:    func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Register(ctx); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (int, int64, error) {
+		res, err := d.RunPass(ctx, name)
+		switch {
+		case err != nil:
+			return 0, 0, err
+		case !res.Locked:
+			return 0, 0, fmt.Errorf("consumer %s: the shard is locked by another pass", name)
+		case res.Failed != nil:
+			return 0, 0, res.Failed
+		}
+		return res.Handled, res.Cursor, nil
+	}, nil
+}
+
+// rawPasser is the raw baseline's pass on a schema's kumiko_events and
+// kumiko_event_consumers: the dispatcher's pass shape without the horizon,
+// gap bookkeeping, attempts and status.
+type rawPasser struct {
+	pool                       *pgxpool.Pool
+	events                     string // the events table, quoted and schema-qualified
+	register, lock, read, save string
+}
+
+func newRawPasser(pool *pgxpool.Pool, schema string) *rawPasser {
+	consumers := pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize()
+	events := pgx.Identifier{schema, "kumiko_events"}.Sanitize()
+	return &rawPasser{
+		pool:     pool,
+		events:   events,
+		register: `INSERT INTO ` + consumers + ` (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)`,
+		lock:     `SELECT last_processed_event_id FROM ` + consumers + ` WHERE name = $1 AND instance_id = $2 FOR UPDATE SKIP LOCKED`,
+		read:     `SELECT ` + eventColumns + ` FROM ` + events + ` WHERE id > $1 ORDER BY id LIMIT $2`,
+		save:     `UPDATE ` + consumers + ` SET last_processed_event_id = $3 WHERE name = $1 AND instance_id = $2`,
+	}
+}
+
+// start creates the state row name with its cursor at from and returns its pass, which calls see (when set) with every
+// event read, as the dispatcher calls a handler.
+func (r *rawPasser) start(ctx context.Context, name string, from int64, see func(eventstore.Event)) (passFunc, error) {
+	if _, err := r.pool.Exec(ctx, r.register, name, pipeline.SharedInstance, from); err != nil {
+		return nil, fmt.Errorf("register raw state row %s: %w", name, err)
+	}
+	if see == nil {
+		see = func(eventstore.Event) {}
+	}
+	return func(ctx context.Context) (int, int64, error) {
+		var (
+			n      int
+			cursor int64
+		)
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, r.lock, name, pipeline.SharedInstance).Scan(&cursor); err != nil {
+				return fmt.Errorf("lock raw state row %s: %w", name, err)
+			}
+			rows, err := tx.Query(ctx, r.read, cursor, passBatch)
+			if err != nil {
+				return err
+			}
+			evs, err := scanEvents(rows)
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				see(ev)
+			}
+			if n = len(evs); n > 0 {
+				cursor = evs[n-1].ID
+			}
+			_, err = tx.Exec(ctx, r.save, name, pipeline.SharedInstance, cursor)
+			return err
+		})
+		return n, cursor, err
+	}, nil
+}
+
+// receive creates the state row name at the newest event and runs its pass
+// every time wait returns, again while batches are full, until stop. stop
+// returns the error that ended the loop early, if any.
+func (r *rawPasser) receive(ctx context.Context, name string, wait func(context.Context) error, see func(eventstore.Event)) (stop func() error, err error) {
+	var head int64
+	if err := r.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+r.events).Scan(&head); err != nil {
+		return nil, err
+	}
+	pass, err := r.start(ctx, name, head, see)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		wg      sync.WaitGroup
+		loopErr error
+	)
+	wg.Go(func() {
+		for {
+			if err := wait(ctx); err != nil {
+				if ctx.Err() == nil {
+					loopErr = err
+				}
+				return
+			}
+			for {
+				n, _, err := pass(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						loopErr = err
+					}
+					return
+				}
+				if n < passBatch {
+					break
+				}
+			}
+		}
+	})
+	return func() error {
+		cancel()
+		wg.Wait()
+		return loopErr
+	}, nil
+}
+
+// migratedStore returns a store on schema, migrated. The caller drops the
+// schema.
+func (b *bench) migratedStore(ctx context.Context, schema string) (*eventstore.Store, error) {
+	store, err := eventstore.New(b.pool, eventstore.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := store.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	return store, nil
+}
+
+// seedBacklog writes n events of the bench shape, each to a stream of its
+// own, into schema's kumiko_events with one COPY, vacuums and analyses the
+// table (so no pass pays for hint bits or statistics) and returns the
+// highest id.
+func (b *bench) seedBacklog(ctx context.Context, schema string, n int) (int64, error) {
+	table := pgx.Identifier{schema, "kumiko_events"}
+	meta, tenant := benchMetadata(), [16]byte(b.tenant)
+	i := 0
+	copied, err := b.pool.CopyFrom(ctx, table,
+		[]string{"aggregate_id", "aggregate_type", "tenant_id", "version", "type", "event_version", "payload", "metadata", "created_by"},
+		pgx.CopyFromFunc(func() ([]any, error) {
+			if i == n {
+				return nil, nil
+			}
+			i++
+			return []any{[16]byte(uuid.Must(uuid.NewV7())), aggType, tenant, int32(1), eventType, int32(1), benchPayload, meta, benchUser}, nil
+		}))
+	if err != nil {
+		return 0, fmt.Errorf("seed %s: %w", table.Sanitize(), err)
+	}
+	if copied != int64(n) {
+		return 0, fmt.Errorf("seed %s: copied %d rows, want %d", table.Sanitize(), copied, n)
+	}
+	if _, err := b.pool.Exec(ctx, "VACUUM (ANALYZE) "+table.Sanitize()); err != nil {
+		return 0, err
+	}
+	var last int64
+	err = b.pool.QueryRow(ctx, "SELECT COALESCE(max(id), 0) FROM "+table.Sanitize()).Scan(&last)
+	return last, err
+}
