@@ -34,11 +34,17 @@ type Horizon struct {
 // does not count. Call it before reading the events it is meant to judge: a
 // later statement sees every transaction that ended before.
 func (s *Store) HorizonTx(ctx context.Context, tx pgx.Tx) (Horizon, error) {
+	// One round trip; the server runs the two statements in order.
+	b := &pgx.Batch{}
+	b.Queue(s.sql.lastID)
+	b.Queue(s.sql.writers)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
 	var h Horizon
-	if err := tx.QueryRow(ctx, s.sql.lastID).Scan(&h.LastID); err != nil {
+	if err := br.QueryRow().Scan(&h.LastID); err != nil {
 		return h, fmt.Errorf("horizon: last id: %w", err)
 	}
-	rows, err := tx.Query(ctx, s.sql.writers)
+	rows, err := br.Query()
 	if err != nil {
 		return h, fmt.Errorf("horizon: writers: %w", err)
 	}

@@ -135,7 +135,8 @@ SELECT EXISTS (SELECT 1 FROM {archived} WHERE aggregate_id = $1 AND tenant_id = 
 
 		notify: `SELECT pg_notify($1, $2)`,
 
-		lastID: r.Replace(`SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('{events}', 'id')::regclass), 0)`),
+		// The identity column's sequence keeps its default name.
+		lastID: r.Replace(`SELECT COALESCE(pg_sequence_last_value('{events}_id_seq'::regclass), 0)`),
 
 		writers: r.Replace(`
 SELECT virtualtransaction FROM pg_locks
