@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -81,31 +80,6 @@ func (s *Server) command(c echo.Context) error {
 	return respond(c, http.StatusAccepted, map[string]bool{"ok": true})
 }
 
-// timeline is the inspect answer: a stream with every event, archived or
-// not, as stored and as read.
-type timeline struct {
-	AggregateID   uuid.UUID       `json:"aggregateId"`
-	AggregateType string          `json:"aggregateType"`
-	Version       int             `json:"version"`
-	Archived      bool            `json:"archived"`
-	Events        []timelineEvent `json:"events"`
-}
-
-type timelineEvent struct {
-	ID      int64  `json:"id"`
-	Version int    `json:"version"`
-	Type    string `json:"type"`
-	// EventVersion and Payload are upcast to the current version;
-	// StoredEventVersion and RawPayload are the row as written.
-	EventVersion       int                 `json:"eventVersion"`
-	Payload            json.RawMessage     `json:"payload"`
-	StoredEventVersion int                 `json:"storedEventVersion"`
-	RawPayload         json.RawMessage     `json:"rawPayload"`
-	Metadata           eventstore.Metadata `json:"metadata"`
-	CreatedAt          time.Time           `json:"createdAt"`
-	CreatedBy          string              `json:"createdBy"`
-}
-
 // GET /api/inspect/:aggregateType/:id: the stream's timeline, for the
 // AdminRole, confined to the caller's tenant. Another tenant's stream, a
 // stream of another type and a missing stream all answer 404.
@@ -123,29 +97,9 @@ func (s *Server) inspect(c echo.Context) error {
 		return invalidInput("invalid_id", "the id must be a non-nil UUID",
 			registry.FieldError{Path: "id", Code: "type", Message: "must be a non-nil UUID"})
 	}
-	ctx := c.Request().Context()
-	evs, err := s.store.Load(ctx, u.TenantID, id, eventstore.LoadOptions{IncludeArchived: true})
+	out, err := pipeline.Inspect(c.Request().Context(), s.store, u.TenantID, typ, id, time.Time{})
 	if err != nil {
 		return pipeline.AsError(err)
-	}
-	if len(evs) == 0 || evs[0].AggregateType != typ {
-		return newAPIError(pipeline.CodeNotFound, "aggregate_not_found", fmt.Sprintf("no %s %s", typ, id))
-	}
-	info, err := s.store.StreamInfo(ctx, u.TenantID, id)
-	if err != nil {
-		return pipeline.AsError(err)
-	}
-	out := timeline{
-		AggregateID: id, AggregateType: typ, Version: evs[len(evs)-1].Version, Archived: info.Archived,
-		Events: make([]timelineEvent, len(evs)),
-	}
-	for i, e := range evs {
-		out.Events[i] = timelineEvent{
-			ID: e.ID, Version: e.Version, Type: e.Type,
-			EventVersion: e.EventVersion, Payload: e.Payload,
-			StoredEventVersion: e.StoredEventVersion, RawPayload: e.StoredPayload,
-			Metadata: e.Metadata, CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
-		}
 	}
 	return respond(c, http.StatusOK, data{out})
 }

@@ -320,31 +320,6 @@ func printConsumers(out io.Writer, list ...pipeline.ConsumerStatus) error {
 
 // ---- inspect ----
 
-// Timeline is what inspect prints with --json: a stream with every event,
-// archived or not, as read (upcast) and as stored. It matches the JSON of
-// GET /api/inspect.
-type Timeline struct {
-	AggregateID   uuid.UUID       `json:"aggregateId"`
-	AggregateType string          `json:"aggregateType"`
-	TenantID      uuid.UUID       `json:"tenantId"`
-	Version       int             `json:"version"`
-	Archived      bool            `json:"archived"`
-	Events        []TimelineEvent `json:"events"`
-}
-
-// TimelineEvent is one event of a Timeline.
-type TimelineEvent struct {
-	ID                 int64               `json:"id"`
-	Version            int                 `json:"version"`
-	Type               string              `json:"type"`
-	EventVersion       int                 `json:"eventVersion"`
-	Payload            json.RawMessage     `json:"payload"`
-	StoredEventVersion int                 `json:"storedEventVersion"`
-	RawPayload         json.RawMessage     `json:"rawPayload"`
-	Metadata           eventstore.Metadata `json:"metadata"`
-	CreatedAt          time.Time           `json:"createdAt"`
-	CreatedBy          string              `json:"createdBy"`
-}
 
 func parseTenant(s string) (uuid.UUID, error) {
 	if s == "" {
@@ -365,38 +340,8 @@ func parseID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// timeline loads a stream (archived included) up to asOf (zero = now).
-func timeline(ctx context.Context, c *conn, tenant uuid.UUID, typ string, id uuid.UUID, asOf time.Time) (Timeline, error) {
-	evs, err := c.store.Load(ctx, tenant, id, eventstore.LoadOptions{IncludeArchived: true, AsOf: asOf})
-	if err != nil {
-		return Timeline{}, err
-	}
-	if len(evs) == 0 || evs[0].AggregateType != typ {
-		if !asOf.IsZero() {
-			return Timeline{}, fmt.Errorf("not found: no %s %s in tenant %s as of %s", typ, id, tenant, asOf.Format(time.RFC3339))
-		}
-		return Timeline{}, fmt.Errorf("not found: no %s %s in tenant %s", typ, id, tenant)
-	}
-	info, err := c.store.StreamInfo(ctx, tenant, id)
-	if err != nil {
-		return Timeline{}, err
-	}
-	out := Timeline{
-		AggregateID: id, AggregateType: typ, TenantID: tenant, Version: evs[len(evs)-1].Version,
-		Archived: info.Archived, Events: make([]TimelineEvent, len(evs)),
-	}
-	for i, e := range evs {
-		out.Events[i] = TimelineEvent{
-			ID: e.ID, Version: e.Version, Type: e.Type,
-			EventVersion: e.EventVersion, Payload: e.Payload,
-			StoredEventVersion: e.StoredEventVersion, RawPayload: e.StoredPayload,
-			Metadata: e.Metadata, CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
-		}
-	}
-	return out, nil
-}
 
-func printTimeline(out io.Writer, tl Timeline, generic bool) error {
+func printTimeline(out io.Writer, tl pipeline.Timeline, generic bool) error {
 	archived := "no"
 	if tl.Archived {
 		archived = "yes"
@@ -461,7 +406,7 @@ func (o *ops) inspectCmd() *cobra.Command {
 				return err
 			}
 			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
-				tl, err := timeline(ctx, c, t, args[0], id, time.Time{})
+				tl, err := pipeline.Inspect(ctx, c.store, t, args[0], id, time.Time{})
 				if err != nil {
 					return err
 				}
@@ -733,7 +678,7 @@ func (o *ops) asofCmd() *cobra.Command {
 				if h, ok := detailHandler(c.reg, args[0]); ok {
 					return o.entityAsOf(ctx, c, out, h, t, args[0], id, at)
 				}
-				tl, err := timeline(ctx, c, t, args[0], id, at)
+				tl, err := pipeline.Inspect(ctx, c.store, t, args[0], id, at)
 				if err != nil {
 					return err
 				}

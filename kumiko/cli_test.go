@@ -219,9 +219,9 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		require.Equal(t, "alice", tl.Events[2].Payload["completedBy"])
 		require.Equal(t, "alice", tl.Events[2].RawPayload["by"])
 
-		fails("not found: no task", "inspect", "task", uuid.NewString(), "--tenant", s.tenant.String())
-		fails("not found: no task", "inspect", "task", s.id.String(), "--tenant", uuid.NewString())
-		fails("not found: no note", "inspect", "note", s.id.String(), "--tenant", s.tenant.String())
+		fails("aggregate_not_found: no task", "inspect", "task", uuid.NewString(), "--tenant", s.tenant.String())
+		fails("aggregate_not_found: no task", "inspect", "task", s.id.String(), "--tenant", uuid.NewString())
+		fails("aggregate_not_found: no note", "inspect", "note", s.id.String(), "--tenant", s.tenant.String())
 		fails("--tenant is required", "inspect", "task", s.id.String())
 		fails("is not a non-nil UUID", "inspect", "task", "x", "--tenant", s.tenant.String())
 	})

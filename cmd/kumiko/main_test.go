@@ -138,7 +138,7 @@ func TestGenericBinary(t *testing.T) {
 	require.Contains(t, ok("inspect", "--help"), "cannot upcast")
 	_, errOut, code = run("inspect", "task", uuid.NewString(), "--tenant", tenant.String())
 	require.NotEqual(t, 0, code)
-	require.Contains(t, errOut, "not found")
+	require.Contains(t, errOut, "aggregate_not_found")
 
 	require.Contains(t, ok("events", "tail", "--json"), `"payload":{"by":"alice"}`)
 	require.NotContains(t, ok("events", "--help"), "asof", "asof needs the app's features")
