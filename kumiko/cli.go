@@ -320,7 +320,6 @@ func printConsumers(out io.Writer, list ...pipeline.ConsumerStatus) error {
 
 // ---- inspect ----
 
-
 func parseTenant(s string) (uuid.UUID, error) {
 	if s == "" {
 		return uuid.Nil, errors.New("--tenant is required (a UUID)")
@@ -339,7 +338,6 @@ func parseID(s string) (uuid.UUID, error) {
 	}
 	return id, nil
 }
-
 
 func printTimeline(out io.Writer, tl pipeline.Timeline, generic bool) error {
 	archived := "no"
