@@ -102,7 +102,6 @@ func seedTasks(t *testing.T) seeded {
 	b, _ := json.Marshal(res)
 	var row struct{ ID uuid.UUID }
 	require.NoError(t, json.Unmarshal(b, &row))
-	time.Sleep(20 * time.Millisecond)
 	_, err = app.Dispatcher.Write(ctx, caller, pipeline.Request{Type: "task.update",
 		Payload: json.RawMessage(`{"id":"` + row.ID.String() + `","version":1,"changes":{"priority":"high","title":"Ship the CLI"}}`)})
 	require.NoError(t, err)

@@ -122,11 +122,15 @@ func TestRebuildProjectionUnderLoad(t *testing.T) {
 			if len(seen) < 3 {
 				seen = append(seen, status(t, app, "tasks_by_month").Status)
 			}
-			time.Sleep(2 * time.Millisecond) // let the writers interleave
+			// Let the writers interleave: wait for one more write.
+			before := writes.Load()
+			require.Eventually(t, func() bool { return writes.Load() > before }, 10*time.Second, time.Millisecond)
 		},
 	})
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // writes after the swap go to the rebuilt table
+	// More writes after the swap: they go to the rebuilt table.
+	after := writes.Load()
+	require.Eventually(t, func() bool { return writes.Load() >= after+10 }, 10*time.Second, time.Millisecond)
 	stop.Store(true)
 	wg.Wait()
 	require.Empty(t, failures)
