@@ -224,3 +224,29 @@ func TestConfigFromEnv(t *testing.T) {
 	_, err := kumiko.BuildServer(context.Background(), kumiko.Config{JWTSecret: secret}.FromEnv(), tasks.Feature)
 	require.ErrorContains(t, err, `Config.InstanceID "__shared__" is reserved`)
 }
+
+// The sample binary's worker command starts without an HTTP API (so without
+// the event stream's consumer), says so, and exits 0 on SIGTERM.
+func TestSampleBinaryWorker(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	cmd := exec.Command(tasksBinary(t), "worker")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "KUMIKO_SCHEMA="+db.Schema,
+		"KUMIKO_JWT_SECRET=", "REDIS_URL=", "KUMIKO_INSTANCE_ID=worker-test")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+	require.Equal(t, "tasks worker worker-test is delivering events\n", line)
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'read_task'", db.Schema),
+		"the worker migrated and created the read tables")
+	require.Zero(t, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'kumiko.sse'"), "a worker serves no event stream")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), "stderr:\n%s", stderr.String())
+}
