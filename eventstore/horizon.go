@@ -3,6 +3,8 @@ package eventstore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -50,6 +52,34 @@ func (s *Store) HorizonTx(ctx context.Context, tx pgx.Tx) (Horizon, error) {
 	}
 	if h.Writers, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		return h, fmt.Errorf("horizon: writers: %w", err)
+	}
+	return h, nil
+}
+
+// SettledTx reads the horizon and waits, polling every poll, until none of
+// its writers is still running: then every id up to the returned LastID is
+// settled, and a read up to it misses nothing that will ever commit. Writers
+// that started after the horizon was read do not prolong the wait.
+func (s *Store) SettledTx(ctx context.Context, tx pgx.Tx, poll time.Duration) (Horizon, error) {
+	h, err := s.HorizonTx(ctx, tx)
+	if err != nil {
+		return h, err
+	}
+	for len(h.Writers) > 0 {
+		now, err := s.HorizonTx(ctx, tx)
+		if err != nil {
+			return h, err
+		}
+		if !slices.ContainsFunc(h.Writers, func(w string) bool { return slices.Contains(now.Writers, w) }) {
+			break
+		}
+		timer := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return h, ctx.Err()
+		case <-timer.C:
+		}
 	}
 	return h, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -485,7 +486,7 @@ func (o *ops) tailCmd() *cobra.Command {
 					}
 				}
 				p := &tailPrinter{out: out, json: o.json}
-				cursor, err := p.print(ctx, c, cursor, f)
+				cursor, err := p.print(ctx, c, cursor, f, follow)
 				if err != nil {
 					return err
 				}
@@ -496,7 +497,7 @@ func (o *ops) tailCmd() *cobra.Command {
 					return nil
 				}
 				err = followEvents(ctx, c, poll, func() error {
-					cursor, err = p.print(ctx, c, cursor, f)
+					cursor, err = p.print(ctx, c, cursor, f, true)
 					return err
 				})
 				if ctx.Err() != nil {
@@ -556,11 +557,29 @@ type tailPrinter struct {
 }
 
 // print prints the events after cursor and returns the new cursor.
-func (p *tailPrinter) print(ctx context.Context, c *conn, cursor int64, f eventstore.ReadFilter) (int64, error) {
+// print prints the events after cursor and returns the new cursor. With
+// settle (following) it prints only up to the settled horizon — waiting for
+// in-flight writers — so a later call never misses an event that commits
+// late; without, it prints what is visible now.
+func (p *tailPrinter) print(ctx context.Context, c *conn, cursor int64, f eventstore.ReadFilter, settle bool) (int64, error) {
+	settled := eventstore.Horizon{LastID: math.MaxInt64}
+	if settle {
+		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			var err error
+			settled, err = c.store.SettledTx(ctx, tx, 10*time.Millisecond)
+			return err
+		})
+		if err != nil {
+			return cursor, err
+		}
+	}
 	var w *tabwriter.Writer
 	for e, err := range c.store.ReadAll(ctx, cursor, f) {
 		if err != nil {
 			return cursor, err
+		}
+		if e.ID > settled.LastID {
+			break
 		}
 		cursor = e.ID
 		p.count++
@@ -587,6 +606,9 @@ func (p *tailPrinter) print(ctx context.Context, c *conn, cursor int64, f events
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s/%s\t%d\t%s v%d\t%s\n", e.ID, e.CreatedAt.UTC().Format(time.RFC3339Nano), e.TenantID,
 			e.AggregateType, e.AggregateID, e.Version, e.Type, e.EventVersion, compact(e.Payload))
+	}
+	if settle {
+		cursor = max(cursor, settled.LastID) // nothing more can appear below it
 	}
 	if w != nil {
 		return cursor, w.Flush()

@@ -309,6 +309,31 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 				require.True(t, open, "tail exited; stderr:\n%s", stderr.String())
 				require.Contains(t, l, `"type":"task.created"`)
 				require.Contains(t, l, `"title":"followed"`)
+
+				// A writer holds an allocated id open while a later event
+				// commits: the follower prints both, in id order, the late one
+				// included.
+				held, err := s.app.Pool.Begin(ctx)
+				require.NoError(t, err)
+				_, err = s.app.Store.AppendTx(ctx, held, eventstore.Stream{TenantID: s.tenant, AggregateType: "task"}, 0,
+					eventstore.NewEvent{Type: "task.created", Payload: map[string]any{"title": "late"}})
+				require.NoError(t, err)
+				_, err = s.app.Dispatcher.Write(ctx, caller, pipeline.Request{Type: "task.create", Payload: json.RawMessage(`{"title":"after"}`)})
+				require.NoError(t, err)
+				require.NoError(t, held.Commit(ctx))
+				var got []string
+				for len(got) < 2 {
+					select {
+					case l := <-lines:
+						if !strings.Contains(l, `"title":"followed"`) {
+							got = append(got, l)
+						}
+					case <-deadline:
+						t.Fatalf("tail --follow printed %q; stderr:\n%s", got, stderr.String())
+					}
+				}
+				require.Contains(t, got[0], `"title":"late"`)
+				require.Contains(t, got[1], `"title":"after"`)
 				require.NoError(t, cmd.Process.Signal(os.Interrupt))
 				require.NoError(t, cmd.Wait(), "an interrupted follow exits 0; stderr:\n%s", stderr.String())
 				return

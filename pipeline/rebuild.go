@@ -294,28 +294,9 @@ ON CONFLICT (name) DO UPDATE SET status = 'rebuilding', last_processed_event_id 
 	return fmt.Errorf("swap: no lock after %d attempts: %w", swapAttempts, lastErr)
 }
 
-// settled reads the event store's horizon and waits until every id up to
-// its LastID is settled: none of its writers is still running.
+// settled waits until every id up to the store's horizon is settled.
 func (r *rebuild) settled(ctx context.Context, tx pgx.Tx) (eventstore.Horizon, error) {
-	h, err := r.d.store.HorizonTx(ctx, tx)
-	if err != nil {
-		return h, err
-	}
-	for len(h.Writers) > 0 {
-		now, err := r.d.store.HorizonTx(ctx, tx)
-		if err != nil {
-			return h, err
-		}
-		if !overlaps(h.Writers, now.Writers) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return h, ctx.Err()
-		case <-time.After(settlePoll):
-		}
-	}
-	return h, nil
+	return r.d.store.SettledTx(ctx, tx, settlePoll)
 }
 
 // count counts the target's events with after < id ≤ upTo.
