@@ -21,23 +21,43 @@ import (
 )
 
 // privateRedis starts a redis-server of the test's own, so the test can flush
-// and stop it without touching anyone else's.
+// and stop it without touching anyone else's. A free port can be taken
+// between choosing it and binding it, so it tries a few.
 func privateRedis(t *testing.T) (url string, stop func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	require.NoError(t, ln.Close())
-	cmd := exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	require.NoError(t, cmd.Start(), "redis-server must be installed (make services installs it)")
-	var once sync.Once
-	stop = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
-	t.Cleanup(stop)
-	url = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	client := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
-	defer client.Close()
-	require.Eventually(t, func() bool { return client.Ping(context.Background()).Err() == nil }, 10*time.Second, 10*time.Millisecond)
-	return url, stop
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+		cmd := exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+		require.NoError(t, cmd.Start(), "redis-server must be installed (make services installs it)")
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		var once sync.Once
+		stop = func() { once.Do(func() { _ = cmd.Process.Kill(); <-exited }) }
+		client := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
+		up := false
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			if client.Ping(context.Background()).Err() == nil {
+				up = true
+				break
+			}
+			select {
+			case <-exited: // the port was taken: try another
+				deadline = time.Time{}
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		client.Close()
+		if up {
+			t.Cleanup(stop)
+			return fmt.Sprintf("redis://127.0.0.1:%d/0", port), stop
+		}
+		stop()
+	}
+	t.Fatal("could not start a private redis-server")
+	return "", nil
 }
 
 func keyed(t *testing.T, url, token, key, body string) (int, string, http.Header) {
