@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -121,6 +122,10 @@ func (r *Registry) DecodePayload(name string, raw json.RawMessage) (any, error) 
 	c, ok := r.codecs[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownType, name)
+	}
+	if hasNULEscape(raw) {
+		// PostgreSQL cannot store U+0000 in text or jsonb.
+		return nil, invalid(FieldError{Path: "", Code: "invalid_character", Message: "text must not contain the NUL character (\\u0000)"})
 	}
 	if c.kind == codecStruct {
 		return r.decodeStruct(c.typ, raw)
@@ -361,4 +366,25 @@ func (c *codec) decodeList(obj map[string]any) (any, []FieldError) {
 		}
 	}
 	return in, errs
+}
+
+// hasNULEscape reports whether raw JSON holds the escape \u0000 (a raw NUL
+// byte is invalid JSON already). A backslash that is itself escaped does not
+// start an escape.
+func hasNULEscape(raw []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(raw[i:], []byte(`\u0000`))
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		n := 0
+		for k := at; k >= 0 && raw[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 1 {
+			return true
+		}
+		i = at + 1
+	}
 }

@@ -296,3 +296,30 @@ func FuzzDecodePayload(f *testing.F) {
 		require.JSONEq(t, string(enc), string(enc2))
 	})
 }
+
+// PostgreSQL cannot store U+0000: such payloads are refused as invalid, while
+// an escaped backslash followed by "u0000" is ordinary text.
+func TestDecodeRefusesNUL(t *testing.T) {
+	t.Parallel()
+	reg := buildNULProbe(t)
+	_, err := reg.DecodePayload("probe.said", json.RawMessage(`{"text":"a\u0000b"}`))
+	var ve *registry.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "invalid_character", ve.Fields[0].Code)
+	_, err = reg.DecodePayload("probe.said", json.RawMessage(`{"text":"a\\u0000b"}`))
+	require.NoError(t, err)
+	_, err = reg.DecodePayload("probe.said", json.RawMessage(`{"text":"a\\\u0000b"}`))
+	require.ErrorAs(t, err, &ve, "an escaped backslash, then a real NUL escape")
+}
+
+func buildNULProbe(t *testing.T) *registry.Registry {
+	t.Helper()
+	type said struct {
+		Text string `json:"text"`
+	}
+	reg, err := registry.Build(feature.Define("probe", func(r *feature.Registrar) {
+		r.DefineEvent("probe.said", said{})
+	}))
+	require.NoError(t, err)
+	return reg
+}
