@@ -352,3 +352,28 @@ func TestBatchHandlersStartFromAndRearm(t *testing.T) {
 	require.Equal(t, 3, attempts, "one attempt, then two re-arms")
 	require.Equal(t, 6, failures, "a failing pass runs the handler once fast, once under savepoints")
 }
+
+// Registering again — a restart, another process, another StartFrom — never
+// moves an existing cursor.
+func TestRegisterNeverRewinds(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	for range 3 {
+		appendOne(t, db.Store)
+	}
+	c := recorder(t, db, "steady", feature.Shared)
+	e := newEventDispatcher(t, db, "p1", c)
+	runAll(t, e, "steady")
+	cursor := db.Count(t, "SELECT last_processed_event_id FROM kumiko_event_consumers WHERE name = 'steady'")
+	require.Positive(t, cursor)
+
+	again := c
+	again.StartFrom = feature.FromNow
+	for _, instance := range []string{"p1", "p2"} {
+		require.NoError(t, newEventDispatcher(t, db, instance, c).Register(ctx))
+		require.NoError(t, newEventDispatcher(t, db, instance, again).Register(ctx))
+	}
+	require.Equal(t, cursor, db.Count(t, "SELECT last_processed_event_id FROM kumiko_event_consumers WHERE name = 'steady'"))
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'steady'"))
+}
