@@ -157,7 +157,7 @@ func run(cfg config) error {
 	}
 
 	var rows []row
-	for _, group := range []func(context.Context) ([]row, error){b.appendRows, b.batchRows, b.loadRows, b.pipelineRows, b.httpRows, b.dispatcherRows} {
+	for _, group := range []func(context.Context) ([]row, error){b.appendRows, b.batchRows, b.loadRows, b.pipelineRows, b.httpRows, b.dispatcherRows, b.rebuildRows} {
 		rs, err := group(ctx)
 		rows = append(rows, rs...)
 		if err != nil {
