@@ -193,7 +193,10 @@ type ProjectionFilter struct {
 // rebuild transaction and Table names the shadow table being filled.
 type ProjectionContext interface {
 	Context() context.Context
-	// DB is the transaction the apply function must write in.
+	// DB is the transaction the apply function must write in. During a
+	// rebuild, Exec statements may be queued and sent together (in order,
+	// and always before a Query or QueryRow): the command tag Exec returns
+	// is then empty, so use Query or QueryRow when a result matters.
 	DB() DB
 	// Tenant is the event's tenant; write it into tenant_id.
 	Tenant() uuid.UUID

@@ -314,18 +314,14 @@ func (r *rebuild) count(ctx context.Context, db pgx.Tx, after, upTo int64) (int6
 // shadow table, a batch per transaction, recording the progress with each.
 func (r *rebuild) replay(ctx context.Context, upTo int64) error {
 	for r.cursor < upTo {
-		err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-			next, err := r.applyBatch(ctx, tx, r.cursor, upTo)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `UPDATE `+r.d.qualify("kumiko_projections")+`
-SET last_processed_event_id = $2, updated_at = now() WHERE name = $1`, r.t.name, next); err != nil {
-				return err
-			}
-			r.cursor = next
-			return nil
-		})
+		applied, quarantined := r.res.Applied, r.res.Quarantined
+		err := r.replayChunk(ctx, upTo, r.batches())
+		if err != nil && r.batches() && ctx.Err() == nil {
+			// A batched chunk failed somewhere: run it again event by event
+			// to name the failing event (or quarantine it).
+			r.res.Applied, r.res.Quarantined = applied, quarantined
+			err = r.replayChunk(ctx, upTo, false)
+		}
 		if err != nil {
 			return err
 		}
@@ -336,10 +332,34 @@ SET last_processed_event_id = $2, updated_at = now() WHERE name = $1`, r.t.name,
 	return nil
 }
 
+// batches reports whether chunks are applied with their statements sent as
+// one batch: for inline projections outside quarantine mode.
+func (r *rebuild) batches() bool { return r.t.kind == ProjectionInline && !r.opts.Quarantine }
+
+// replayChunk applies one chunk in its own transaction and moves the cursor.
+func (r *rebuild) replayChunk(ctx context.Context, upTo int64, batched bool) error {
+	return pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
+		next, err := r.applyBatch(ctx, tx, r.cursor, upTo, batched)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+r.d.qualify("kumiko_projections")+`
+SET last_processed_event_id = $2, updated_at = now() WHERE name = $1`, r.t.name, next); err != nil {
+			return err
+		}
+		r.cursor = next
+		return nil
+	})
+}
+
 // applyBatch reads up to BatchSize events with after < id ≤ upTo and applies
 // the target's ones to the shadow table in tx; it returns the id the shadow
 // is complete up to.
-func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64) (int64, error) {
+//
+// With batched, the apply functions' Exec statements are queued and sent in
+// one round trip at the end (see batchDB), which is what makes a replay
+// fast; an error then surfaces without naming its event.
+func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, batched bool) (int64, error) {
 	evs, err := r.d.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
 	if err != nil {
 		return 0, err
@@ -349,18 +369,31 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64) 
 	} else {
 		after = evs[len(evs)-1].ID
 	}
+	if batched {
+		db := &batchDB{tx: tx, batch: &pgx.Batch{}}
+		for _, ev := range evs {
+			if !r.t.wants(ev) {
+				continue
+			}
+			if err := r.apply(ctx, db, tx, ev); err != nil {
+				return 0, err
+			}
+			r.res.Applied++
+		}
+		return after, db.flush(ctx)
+	}
 	for _, ev := range evs {
 		if !r.t.wants(ev) {
 			continue
 		}
 		if !r.opts.Quarantine {
-			if err := r.apply(ctx, tx, ev); err != nil {
+			if err := r.apply(ctx, tx, tx, ev); err != nil {
 				return 0, err
 			}
 			r.res.Applied++
 			continue
 		}
-		err := savepoint(ctx, tx, func(sp pgx.Tx) error { return r.apply(ctx, sp, ev) })
+		err := savepoint(ctx, tx, func(sp pgx.Tx) error { return r.apply(ctx, sp, sp, ev) })
 		if err == nil {
 			r.res.Applied++
 			continue
@@ -378,12 +411,13 @@ VALUES ($1, $2, $3) ON CONFLICT (projection, event_id) DO UPDATE SET error = EXC
 	return after, nil
 }
 
-// apply runs the projection's apply function for ev against the shadow.
-func (r *rebuild) apply(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
+// apply runs the projection's apply function for ev against the shadow; an
+// inline projection writes through db, a multi-stream one works in tx.
+func (r *rebuild) apply(ctx context.Context, db feature.DB, tx pgx.Tx, ev eventstore.Event) error {
 	table := r.d.qualify(r.shadow)
 	if r.t.kind == ProjectionInline {
 		apply, _ := r.t.proj.Apply(ev.Type)
-		pc := &projectionContext{ctx: ctx, db: tx, tenant: ev.TenantID, table: table}
+		pc := &projectionContext{ctx: ctx, db: db, tenant: ev.TenantID, table: table}
 		if err := apply(pc, featureEvent(ev)); err != nil {
 			return fmt.Errorf("projection %s: event %d (%s): %w", r.t.name, ev.ID, ev.Type, err)
 		}
@@ -434,7 +468,7 @@ func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 				return err
 			}
 			for {
-				next, err := r.applyBatch(ctx, tx, r.cursor, math.MaxInt64)
+				next, err := r.applyBatch(ctx, tx, r.cursor, math.MaxInt64, false)
 				if err != nil {
 					return err
 				}
@@ -465,7 +499,7 @@ func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 				return err
 			}
 			for r.cursor < h.LastID {
-				if r.cursor, err = r.applyBatch(ctx, tx, r.cursor, h.LastID); err != nil {
+				if r.cursor, err = r.applyBatch(ctx, tx, r.cursor, h.LastID, false); err != nil {
 					return err
 				}
 			}
@@ -598,3 +632,53 @@ func (d *Dispatcher) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus
 	}
 	return out, nil
 }
+
+// batchDB is the feature.DB of an inline projection during a batched replay:
+// Exec statements are queued and sent together, in order, when the chunk
+// ends or before any Query or QueryRow (so an apply still reads its own
+// writes). Exec therefore answers an empty command tag.
+type batchDB struct {
+	tx    pgx.Tx
+	batch *pgx.Batch
+}
+
+func (b *batchDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	b.batch.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (b *batchDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := b.flush(ctx); err != nil {
+		return nil, err
+	}
+	return b.tx.Query(ctx, sql, args...)
+}
+
+func (b *batchDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := b.flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return b.tx.QueryRow(ctx, sql, args...)
+}
+
+// flush sends the queued statements and reports the first failure.
+func (b *batchDB) flush(ctx context.Context) error {
+	n := b.batch.Len()
+	if n == 0 {
+		return nil
+	}
+	br := b.tx.SendBatch(ctx, b.batch)
+	b.batch = &pgx.Batch{}
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	return br.Close()
+}
+
+// errRow is a pgx.Row that fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

@@ -47,6 +47,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -69,6 +71,7 @@ type config struct {
 	duration time.Duration // measured time per side and comparison
 	warmup   time.Duration // unmeasured time per side before each comparison
 	rounds   int           // alternations of framework and raw within duration
+	only     string        // groups to run, comma-separated; "" = all
 }
 
 // bench is the state shared by every measurement.
@@ -87,6 +90,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured time per side of each comparison")
 	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild); all when empty")
 	flag.Parse()
 	if cfg.duration <= 0 || cfg.rounds < 1 || cfg.warmup < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -rounds ≥ 1, -warmup ≥ 0")
@@ -157,7 +161,18 @@ func run(cfg config) error {
 	}
 
 	var rows []row
-	for _, group := range []func(context.Context) ([]row, error){b.appendRows, b.batchRows, b.loadRows, b.pipelineRows, b.httpRows, b.dispatcherRows, b.rebuildRows} {
+	groups := []struct {
+		name string
+		run  func(context.Context) ([]row, error)
+	}{
+		{"append", b.appendRows}, {"batch", b.batchRows}, {"load", b.loadRows}, {"pipeline", b.pipelineRows},
+		{"http", b.httpRows}, {"dispatcher", b.dispatcherRows}, {"rebuild", b.rebuildRows},
+	}
+	for _, g := range groups {
+		if cfg.only != "" && !slices.Contains(strings.Split(cfg.only, ","), g.name) {
+			continue
+		}
+		group := g.run
 		rs, err := group(ctx)
 		rows = append(rows, rs...)
 		if err != nil {
