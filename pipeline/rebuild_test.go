@@ -183,6 +183,7 @@ func TestRebuildProjectionFailureAndQuarantine(t *testing.T) {
 	st := status(t, app, "note_titles")
 	require.Equal(t, pipeline.ProjectionFailed, st.Status)
 	require.Contains(t, st.LastError, errApply.Error())
+	require.Contains(t, st.LastError, fmt.Sprintf("event %d", bad), "the failure names its event")
 	require.Nil(t, st.LastRebuildAt)
 
 	res, err := app.Dispatcher.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{Quarantine: true})
@@ -233,4 +234,25 @@ func TestRebuildProjectionMSP(t *testing.T) {
 	// A consumer without a table is no projection to rebuild.
 	_, err = app.Dispatcher.RebuildProjection(ctx, "welcomer", pipeline.RebuildOptions{})
 	require.ErrorIs(t, err, pipeline.ErrNoProjection)
+}
+
+// A statement that fails only when the batched replay sends it (not in Go):
+// the rebuild fails naming the event, found by replaying the chunk event by
+// event.
+func TestRebuildNamesAFailingStatement(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{notes})
+	n := write(t, app, alice, "note.create", `{"title":"a"}`)
+	// A second "created" event of the same note: its row collides with the
+	// first one's primary key in the projection.
+	app.Exec(t, `INSERT INTO kumiko_events (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload)
+		VALUES ($1, 'note', $2, 2, 'note.created', 2, '{"title":"again"}')`, n["id"], tenantA)
+	var dup int64
+	require.NoError(t, app.Pool.QueryRow(ctx, "SELECT max(id) FROM kumiko_events").Scan(&dup))
+
+	_, err := app.Dispatcher.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{})
+	require.ErrorContains(t, err, fmt.Sprintf("event %d", dup))
+	require.ErrorContains(t, err, "23505")
+	require.Equal(t, pipeline.ProjectionFailed, status(t, app, "note_titles").Status)
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM note_titles"), "the live table is untouched")
 }
