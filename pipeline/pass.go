@@ -62,9 +62,8 @@ type PassResult struct {
 
 // pass runs one pass of consumer c on its shard for instance: lock the state
 // row (SKIP LOCKED: a locked row is another process's turn), work out how far
-// the log is settled, read a batch, apply it event by event under savepoints,
-// and write the new cursor — all in one transaction, so applied effects and
-// the cursor commit together.
+// the log is settled, read a batch, apply it, and write the new cursor — all
+// in one transaction, so applied effects and the cursor commit together.
 //
 // No committed event is ever skipped: an event is delivered only when no
 // lower id can still appear, that is when it directly follows the cursor or
@@ -155,7 +154,7 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 			// missing below it will never appear.
 			next = max(next, min(settled, h.LastID))
 		}
-		res.More = len(evs) == c.BatchSize && failed == nil
+		res.More = len(evs) == c.BatchSize && (failed == nil || c.SkipApplyErrors)
 		if len(deliver) < len(evs) && (sh.gapHorizon <= next || overlapsNone(sh.gapWriters, h.Writers)) {
 			// A new gap: remember what settles it.
 			sh.gapHorizon, sh.gapWriters = h.LastID, h.Writers
