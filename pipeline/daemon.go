@@ -214,10 +214,14 @@ func (e *EventDispatcher) loop(ctx context.Context, c Consumer, wake <-chan stru
 		if err == nil && res.Locked && res.Head > 0 {
 			e.metrics.cursor(c.Name, instance, res.Cursor, res.Head)
 		}
+		woken := wake
+		if backoff > 0 {
+			woken = nil // backing off: new events must not hurry the retry
+		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-		case <-wake:
+		case <-woken:
 		case <-timer.C:
 		}
 		timer.Stop()
