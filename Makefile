@@ -2,6 +2,7 @@
 GO            ?= go
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 TEST_FLAGS    ?= -count=1 -timeout 15m
+BENCH_FLAGS   ?=
 
 .DEFAULT_GOAL := help
 
@@ -24,7 +25,7 @@ test: services ## Run the whole suite against real PostgreSQL and Redis
 
 .PHONY: bench
 bench: services ## Measure the framework next to raw pgx baselines (ratios)
-	$(GO) run ./internal/bench
+	$(GO) run ./internal/bench $(BENCH_FLAGS)
 
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (pinned)
