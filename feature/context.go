@@ -209,8 +209,11 @@ type ProjectionContext interface {
 // the consumer pass's transaction, whose commit also moves the cursor.
 type ApplyContext interface {
 	Context() context.Context
-	// DB is the pass transaction (under a savepoint per event), scoped to the
-	// event's tenant; for events of the system tenant it is unscoped.
+	// DB is the pass transaction, scoped to the event's tenant: the setting
+	// kumiko.tenant_id (current_setting('kumiko.tenant_id')) holds the
+	// tenant for row-level security policies and hand-written SQL; for
+	// events of the system tenant it is empty (unscoped). Statements are not
+	// rewritten: filter by Tenant() or use such a policy.
 	DB() DB
 	// Tenant is the event's tenant.
 	Tenant() uuid.UUID

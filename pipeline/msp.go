@@ -31,20 +31,33 @@ func (d *Dispatcher) Consumers() []Consumer {
 			StartFrom:       m.StartFrom(),
 			BatchSize:       m.BatchSize(),
 			Handle: func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
-				return d.applyMSP(ctx, tx, m, table, ev)
+				_, err := d.applyMSP(ctx, tx, m, table, ev)
+				return err
 			},
 		})
 	}
 	return out
 }
 
-// applyMSP runs a projection's apply function for ev. Events it appends are
-// caused by ev, inherit its correlation id, run as its user in its tenant,
-// and must be events the projection's feature may emit.
-func (d *Dispatcher) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, table string, ev eventstore.Event) error {
+// applyMSP runs a projection's apply function for ev, writing to table, and
+// returns how many events the apply appended. Events it appends are caused by
+// ev, inherit its correlation id, run as its user in its tenant, and must be
+// events the projection's feature may emit.
+func (d *Dispatcher) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, table string, ev eventstore.Event) (int, error) {
 	apply, ok := m.Apply(ev.Type)
 	if !ok {
-		return nil
+		return 0, nil
+	}
+	// Scope the transaction to the event's tenant for row-level security
+	// policies and the projection's own SQL: current_setting('kumiko.tenant_id')
+	// is the tenant, and empty for events of the system tenant, which are
+	// cross-tenant. SET LOCAL semantics: it ends with the pass.
+	scope := ev.TenantID.String()
+	if ev.TenantID == eventstore.SystemTenant {
+		scope = ""
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('kumiko.tenant_id', $1, true)", scope); err != nil {
+		return 0, err
 	}
 	c := &Caller{
 		User:          feature.User{ID: ev.Metadata.UserID, TenantID: ev.TenantID, Authenticated: ev.Metadata.UserID != ""},
@@ -55,7 +68,8 @@ func (d *Dispatcher) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, t
 		commandContext: commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: m.Feature(), causation: strconv.FormatInt(ev.ID, 10)},
 		table:          table,
 	}
-	return apply(ac, featureEvent(ev))
+	err := apply(ac, featureEvent(ev))
+	return len(c.appended), err
 }
 
 // applyContext is the feature.ApplyContext of one multi-stream projection

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
@@ -43,6 +44,20 @@ var crm = feature.Define("crm", func(r *feature.Registrar) {
 			"contact.created": func(ctx feature.ApplyContext, e feature.Event) error {
 				_, err := ctx.AppendEvent(feature.AppendSpec{AggregateID: e.AggregateID, AggregateType: "contact",
 					Type: "contact.welcomed", Payload: contactWelcomed{Channel: "mail"}, ExpectedVersion: feature.AnyVersion})
+				return err
+			},
+		},
+	})
+	r.MultiStreamProjection(feature.MSP{
+		Name: "scope-log",
+		Table: &feature.TableDef{Name: "scope_log", Columns: []feature.Column{
+			{Name: "event_id", Type: "bigint", NotNull: true},
+			{Name: "scope", Type: "text", NotNull: true},
+		}, PrimaryKey: []string{"event_id"}},
+		Apply: map[string]feature.ApplyFunc{
+			"contact.created": func(ctx feature.ApplyContext, e feature.Event) error {
+				_, err := ctx.DB().Exec(ctx.Context(), "INSERT INTO "+ctx.Table()+
+					" (event_id, scope) VALUES ($1, current_setting('kumiko.tenant_id', true))", e.ID)
 				return err
 			},
 		},
@@ -134,4 +149,27 @@ func TestMultiStreamProjectionsSeeUpcastEvents(t *testing.T) {
 	require.Equal(t, "low", severity)
 	_, err = strconv.Atoi(id)
 	require.NoError(t, err)
+}
+
+// The pass transaction is scoped to each event's tenant (kumiko.tenant_id)
+// and unscoped for events of the system tenant.
+func TestMultiStreamProjectionsRunTenantScoped(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
+	e, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	require.NoError(t, err)
+	require.NoError(t, e.Register(ctx))
+	a := write(t, app, alice, "contact.create", `{"name":"Ann"}`)
+	b := write(t, app, bob, "contact.create", `{"name":"Bo"}`)
+	sys, err := app.Store.Append(ctx, eventstore.Stream{TenantID: eventstore.SystemTenant, AggregateType: "contact"}, 0,
+		eventstore.NewEvent{Type: "contact.created", Payload: map[string]any{"name": "System"}})
+	require.NoError(t, err)
+	runAll(t, e, "scope-log")
+
+	scopeOf := func(aggregateID any) string {
+		return queryString(t, app, `SELECT s.scope FROM scope_log s JOIN kumiko_events e ON e.id = s.event_id WHERE e.aggregate_id = $1`, aggregateID)
+	}
+	require.Equal(t, tenantA.String(), scopeOf(a["id"]))
+	require.Equal(t, tenantB.String(), scopeOf(b["id"]))
+	require.Equal(t, "", scopeOf(sys.AggregateID))
 }

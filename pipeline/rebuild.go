@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -423,20 +422,11 @@ func (r *rebuild) apply(ctx context.Context, db feature.DB, tx pgx.Tx, ev events
 		}
 		return nil
 	}
-	apply, _ := r.t.msp.Apply(ev.Type)
-	c := &Caller{
-		User:          feature.User{ID: ev.Metadata.UserID, TenantID: ev.TenantID, Authenticated: ev.Metadata.UserID != ""},
-		RequestID:     ev.Metadata.RequestID,
-		CorrelationID: ev.Metadata.CorrelationID,
-	}
-	ac := &applyContext{
-		commandContext: commandContext{ctx: ctx, tx: tx, d: r.d, c: c, feature: r.t.msp.Feature(), causation: strconv.FormatInt(ev.ID, 10)},
-		table:          table,
-	}
-	if err := apply(ac, featureEvent(ev)); err != nil {
+	appended, err := r.d.applyMSP(ctx, tx, r.t.msp, table, ev)
+	if err != nil {
 		return fmt.Errorf("projection %s: event %d (%s): %w", r.t.name, ev.ID, ev.Type, err)
 	}
-	if len(c.appended) > 0 {
+	if appended > 0 {
 		// A replay must not repeat side effects; the transaction (or
 		// savepoint) rolls the appended events back.
 		return fmt.Errorf("projection %s: event %d (%s): its apply appends events, which a rebuild cannot repeat", r.t.name, ev.ID, ev.Type)
