@@ -16,7 +16,7 @@ services: ## Start PostgreSQL and Redis when they are not running
 
 .PHONY: run
 run: services ## Serve the task-list sample on :8080 (prints a dev token and a request to try)
-	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} $(GO) run ./samples/tasks/cmd/tasks serve
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} KUMIKO_INSTANCE_ID=$${KUMIKO_INSTANCE_ID:-dev} $(GO) run ./samples/tasks/cmd/tasks serve
 
 .PHONY: test
 test: services ## Run the whole suite against real PostgreSQL and Redis
