@@ -340,6 +340,28 @@ func parseID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
+// inspect prints the stream's timeline up to asOf (zero = now).
+func (o *ops) inspect(ctx context.Context, c *conn, out io.Writer, tenant uuid.UUID, typ string, id uuid.UUID, asOf time.Time) error {
+	tl, err := pipeline.Inspect(ctx, c.store, tenant, typ, id, asOf)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(out, tl)
+	}
+	return printTimeline(out, tl, o.generic)
+}
+
+// parseTarget parses the --tenant flag and an aggregate id argument.
+func parseTarget(tenant, id string) (uuid.UUID, uuid.UUID, error) {
+	t, err := parseTenant(tenant)
+	if err != nil {
+		return uuid.Nil, uuid.Nil, err
+	}
+	i, err := parseID(id)
+	return t, i, err
+}
+
 func printTimeline(out io.Writer, tl pipeline.Timeline, generic bool) error {
 	archived := "no"
 	if tl.Archived {
@@ -396,23 +418,12 @@ func (o *ops) inspectCmd() *cobra.Command {
 		Long:  long,
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := parseTenant(tenant)
-			if err != nil {
-				return err
-			}
-			id, err := parseID(args[1])
+			t, id, err := parseTarget(tenant, args[1])
 			if err != nil {
 				return err
 			}
 			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
-				tl, err := pipeline.Inspect(ctx, c.store, t, args[0], id, time.Time{})
-				if err != nil {
-					return err
-				}
-				if o.json {
-					return writeJSON(out, tl)
-				}
-				return printTimeline(out, tl, o.generic)
+				return o.inspect(ctx, c, out, t, args[0], id, time.Time{})
 			})
 		},
 	}
@@ -682,11 +693,7 @@ func (o *ops) asofCmd() *cobra.Command {
 			"(run as an internal admin user of the tenant). For other aggregate types: the stream's events up to that time.",
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := parseTenant(tenant)
-			if err != nil {
-				return err
-			}
-			id, err := parseID(args[1])
+			t, id, err := parseTarget(tenant, args[1])
 			if err != nil {
 				return err
 			}
@@ -698,14 +705,7 @@ func (o *ops) asofCmd() *cobra.Command {
 				if h, ok := detailHandler(c.reg, args[0]); ok {
 					return o.entityAsOf(ctx, c, out, h, t, args[0], id, at)
 				}
-				tl, err := pipeline.Inspect(ctx, c.store, t, args[0], id, at)
-				if err != nil {
-					return err
-				}
-				if o.json {
-					return writeJSON(out, tl)
-				}
-				return printTimeline(out, tl, o.generic)
+				return o.inspect(ctx, c, out, t, args[0], id, at)
 			})
 		},
 	}
@@ -720,11 +720,7 @@ func (o *ops) snapshotCmd() *cobra.Command {
 		Short: "Fold an entity's stream and store a snapshot at its head",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := parseTenant(tenant)
-			if err != nil {
-				return err
-			}
-			id, err := parseID(args[1])
+			t, id, err := parseTarget(tenant, args[1])
 			if err != nil {
 				return err
 			}
