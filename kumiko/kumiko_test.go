@@ -80,7 +80,7 @@ func TestBuildServerStartStop(t *testing.T) {
 	body := post(t, base+"/api/write", token, `{"type":"task.create","payload":{"title":"via fx"}}`, http.StatusOK)
 	require.Contains(t, body, `"title":"via fx"`)
 	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM read_task"))
-	require.Same(t, app.Parts().Store, app.Parts().Store)
+	require.Equal(t, db.Schema, app.Parts().Store.Schema(), "the store works in the configured schema")
 	require.NotNil(t, app.Parts().Dispatcher)
 
 	require.NoError(t, app.Stop(ctx))
