@@ -6,7 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
 func TestCrudLifecycle(t *testing.T) {
@@ -63,4 +65,75 @@ func queryString(t *testing.T, app *kumikotest.App, sql string, args ...any) str
 	var s string
 	require.NoError(t, app.Pool.QueryRow(ctx, sql, args...).Scan(&s))
 	return s
+}
+
+// Delete and restore check a version the client sends like update does: a
+// stale one is a version_conflict that writes nothing; the right one, or
+// none, goes through.
+func TestDeleteRestoreExpectedVersion(t *testing.T) {
+	t.Parallel()
+	app := newTasks(t)
+	id := write(t, app, alice, "task.create", `{"title":"versioned"}`)["id"].(string)
+	write(t, app, alice, "task.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"done":true}}`, id))
+	idPayload := func(version int) string { return fmt.Sprintf(`{"id":%q,"version":%d}`, id, version) }
+	stale := func(typ string, expected, current int) {
+		t.Helper()
+		before := events(t, app)
+		_, err := app.Dispatcher.Write(ctx, alice, req(typ, idPayload(expected)))
+		c, pe := code(t, err)
+		require.Equal(t, "version_conflict", c, typ)
+		require.Equal(t, "event_version_conflict", pe.Reason)
+		require.Equal(t, map[string]any{"expectedVersion": expected, "currentVersion": current}, pe.Details)
+		require.Equal(t, before, events(t, app), "%s: nothing written", typ)
+	}
+
+	stale("task.delete", 1, 2)
+	stale("task.delete", 7, 2)
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM read_task WHERE id = $1 AND deleted_at IS NULL AND version = 2", id), "the row is untouched")
+	deleted := write(t, app, alice, "task.delete", idPayload(2))
+	require.Equal(t, float64(3), deleted["version"])
+	require.NotNil(t, deleted["deletedAt"])
+
+	stale("task.restore", 2, 3)
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM read_task WHERE id = $1 AND deleted_at IS NOT NULL AND version = 3", id), "still deleted")
+	restored := write(t, app, alice, "task.restore", idPayload(3))
+	require.Equal(t, float64(4), restored["version"])
+	require.Nil(t, restored["deletedAt"])
+
+	// Without a version, the current one is taken.
+	require.Equal(t, float64(5), write(t, app, alice, "task.delete", fmt.Sprintf(`{"id":%q}`, id))["version"])
+	require.Equal(t, float64(6), write(t, app, alice, "task.restore", fmt.Sprintf(`{"id":%q}`, id))["version"])
+	require.Equal(t, 6, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE aggregate_id = $1", id))
+
+	// Another tenant's id stays not_found, whatever the version.
+	_, err := app.Dispatcher.Write(ctx, bob, req("task.delete", idPayload(6)))
+	c, _ := code(t, err)
+	require.Equal(t, "not_found", c)
+}
+
+// Every delete answers the stream version after it — the delete event's —
+// like every other write; a hard delete has no row left, so it answers the
+// id and that version.
+func TestDeleteAnswersVersionAfter(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature, rdVault})
+	head := func(id string) int {
+		return app.Count(t, "SELECT max(version) FROM kumiko_events WHERE aggregate_id = $1", id)
+	}
+
+	hard := write(t, app, alice, "account.create", `{"name":"hard"}`)["id"].(string)
+	write(t, app, alice, "account.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"name":"harder"}}`, hard))
+	_, err := app.Dispatcher.Write(ctx, alice, req("account.delete", fmt.Sprintf(`{"id":%q,"version":1}`, hard)))
+	c, _ := code(t, err)
+	require.Equal(t, "version_conflict", c, "a hard delete checks a given version too")
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM read_account WHERE id = $1", hard))
+	out := write(t, app, alice, "account.delete", fmt.Sprintf(`{"id":%q,"version":2}`, hard))
+	require.Equal(t, map[string]any{"id": hard, "version": float64(3)}, out)
+	require.Equal(t, 3, head(hard))
+	require.Equal(t, 0, app.Count(t, "SELECT count(*) FROM read_account WHERE id = $1", hard))
+
+	soft := write(t, app, alice, "task.create", `{"title":"soft"}`)["id"].(string)
+	out = write(t, app, alice, "task.delete", fmt.Sprintf(`{"id":%q}`, soft))
+	require.Equal(t, float64(2), out["version"])
+	require.Equal(t, 2, head(soft))
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,13 +34,16 @@ func (d *Dispatcher) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.
 		stream.AggregateID, expected, payload = in.ID, in.Version, in.Changes
 	case feature.VerbDelete, feature.VerbRestore:
 		// The row lock orders concurrent deletes and restores; the version
-		// read under it is the stream's, since every event moves it.
-		stream.AggregateID = in.(registry.IDInput).ID
+		// read under it is the stream's, since every event moves it. A
+		// version the client sent is checked by the append instead, like an
+		// update's.
+		in := in.(registry.IDInput)
+		stream.AggregateID = in.ID
 		v, err := t.lockRow(ctx, tx, stream.AggregateID, stream.TenantID, h.Verb == feature.VerbRestore)
 		if err != nil {
 			return nil, err
 		}
-		expected = v
+		expected = cmp.Or(in.Version, v)
 	default:
 		return nil, fmt.Errorf("crud: verb %q is not a write", h.Verb)
 	}
@@ -51,10 +55,12 @@ func (d *Dispatcher) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.
 	if err != nil {
 		return nil, err
 	}
+	if h.Verb == feature.VerbDelete && !t.soft {
+		// The row is gone: what is left is the stream, at the delete
+		// event's version.
+		return map[string]any{"id": ev.AggregateID.String(), "version": ev.Version}, nil
+	}
 	if row == nil {
-		if h.Verb == feature.VerbDelete && !t.soft {
-			return map[string]any{"id": ev.AggregateID.String(), "version": ev.Version}, nil
-		}
 		// An update of a deleted entity: the stream exists, the row does not.
 		return nil, notFoundf("aggregate_not_found", "no %s %s", h.Entity, stream.AggregateID)
 	}

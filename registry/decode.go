@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"time"
@@ -40,9 +41,14 @@ type UpdateInput struct {
 	Changes map[string]any
 }
 
-// IDInput is the decoded payload of <entity>.delete and <entity>.restore.
+// IDInput is the decoded payload of <entity>.delete and <entity>.restore:
+// {"id","version"?}.
 type IDInput struct {
 	ID uuid.UUID
+	// Version is the stream version the client last saw, or 0 when it sent
+	// none. A given version is checked like an update's: a stale one is a
+	// version conflict and nothing is written.
+	Version int
 }
 
 // DetailInput is the decoded payload of <entity>.detail.
@@ -166,6 +172,31 @@ func (c *codec) decodeCrud(obj map[string]any) (any, []FieldError) {
 		}
 		return parsed
 	}
+	// version reads a stream version: an integer from 1 to the largest
+	// int4, the width of the version column; 0 when absent.
+	version := func(required bool) int {
+		switch v := obj["version"].(type) {
+		case nil:
+			if required {
+				fail("version", "required", "is required")
+			}
+		case json.Number:
+			n, err := v.Int64()
+			switch {
+			case err != nil:
+				fail("version", "type", "must be an integer")
+			case n > math.MaxInt32:
+				fail("version", "max", "must be at most 2147483647")
+			case n < 1:
+				fail("version", "min", "must be at least 1")
+			default:
+				return int(n)
+			}
+		default:
+			fail("version", "type", "must be an integer")
+		}
+		return 0
+	}
 	asOf := func() time.Time {
 		v, given := obj["asOf"]
 		if !given || v == nil {
@@ -198,30 +229,15 @@ func (c *codec) decodeCrud(obj map[string]any) (any, []FieldError) {
 		only()
 		return map[string]any{}, errs
 	case codecID:
-		only("id")
-		return IDInput{ID: id(true)}, errs
+		only("id", "version")
+		return IDInput{ID: id(true), Version: version(false)}, errs
 	case codecDetail:
 		only("id", "asOf")
 		return DetailInput{ID: id(true), AsOf: asOf()}, errs
 	case codecUpdate:
 		only("id", "version", "changes")
 		in := UpdateInput{ID: id(true)}
-		switch v := obj["version"].(type) {
-		case nil:
-			fail("version", "required", "is required")
-		case json.Number:
-			n, err := v.Int64()
-			switch {
-			case err != nil || n > 1<<31-1:
-				fail("version", "type", "must be an integer")
-			case n < 1:
-				fail("version", "min", "must be at least 1")
-			default:
-				in.Version = int(n)
-			}
-		default:
-			fail("version", "type", "must be an integer")
-		}
+		in.Version = version(true)
 		switch ch := obj["changes"].(type) {
 		case nil:
 			fail("changes", "required", "is required")

@@ -157,6 +157,41 @@ func TestDecodeCrudUpdate(t *testing.T) {
 	}, fieldErrors(t, err))
 }
 
+// Delete and restore take an optional expected version, bounded like an
+// update's by the width of the version column.
+func TestDecodeCrudIDVersion(t *testing.T) {
+	t.Parallel()
+	reg := buildApp(t)
+	id := uuid.New()
+	for _, name := range []string{"task.delete", "task.restore"} {
+		v, err := reg.DecodePayload(name, json.RawMessage(`{"id":"`+id.String()+`","version":3}`))
+		require.NoError(t, err, name)
+		require.Equal(t, registry.IDInput{ID: id, Version: 3}, v)
+		v, err = reg.DecodePayload(name, json.RawMessage(`{"id":"`+id.String()+`","version":null}`))
+		require.NoError(t, err, name)
+		require.Equal(t, registry.IDInput{ID: id}, v, "null is no version")
+		v, err = reg.DecodePayload(name, json.RawMessage(`{"id":"`+id.String()+`","version":2147483647}`))
+		require.NoError(t, err, name)
+		require.Equal(t, registry.IDInput{ID: id, Version: 2147483647}, v)
+
+		for payload, want := range map[string]registry.FieldError{
+			`{"id":"` + id.String() + `","version":0}`:          {Path: "version", Code: "min", Message: "must be at least 1"},
+			`{"id":"` + id.String() + `","version":-4}`:         {Path: "version", Code: "min", Message: "must be at least 1"},
+			`{"id":"` + id.String() + `","version":2147483648}`: {Path: "version", Code: "max", Message: "must be at most 2147483647"},
+			`{"id":"` + id.String() + `","version":1.5}`:        {Path: "version", Code: "type", Message: "must be an integer"},
+			`{"id":"` + id.String() + `","version":"2"}`:        {Path: "version", Code: "type", Message: "must be an integer"},
+		} {
+			_, err = reg.DecodePayload(name, json.RawMessage(payload))
+			require.Equal(t, []registry.FieldError{want}, fieldErrors(t, err), "%s %s", name, payload)
+		}
+	}
+	_, err := reg.DecodePayload("task.update", json.RawMessage(`{"id":"`+id.String()+`","version":2147483648,"changes":{"done":true}}`))
+	require.Equal(t, []registry.FieldError{{Path: "version", Code: "max", Message: "must be at most 2147483647"}}, fieldErrors(t, err))
+
+	props := schemaOf(t, reg, "task.delete")["properties"].(map[string]any)
+	require.Equal(t, map[string]any{"type": "integer", "minimum": float64(1), "maximum": float64(2147483647)}, props["version"])
+}
+
 func TestDecodeCrudIDAndDetail(t *testing.T) {
 	t.Parallel()
 	reg := buildApp(t)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
 	"slices"
@@ -288,6 +289,12 @@ func objectSchema(props map[string]any, required []string) map[string]any {
 
 func uuidSchema() map[string]any { return map[string]any{"type": "string", "format": "uuid"} }
 
+// versionSchema is a stream version as a client sends it: the width of the
+// version column bounds it.
+func versionSchema() map[string]any {
+	return map[string]any{"type": "integer", "minimum": 1, "maximum": math.MaxInt32}
+}
+
 func timeSchema() map[string]any { return map[string]any{"type": "string", "format": "date-time"} }
 
 // fieldsSchema is the object of an entity's fields: for create (required
@@ -331,7 +338,7 @@ func crudSchema(e *Entity, kind codecKind) (json.RawMessage, error) {
 	case codecUpdate:
 		return rootSchema(objectSchema(map[string]any{
 			"id":      uuidSchema(),
-			"version": map[string]any{"type": "integer", "minimum": 1},
+			"version": versionSchema(),
 			"changes": fieldsSchema(e, false),
 		}, []string{"id", "version", "changes"}))
 	case codecUpdated:
@@ -339,7 +346,7 @@ func crudSchema(e *Entity, kind codecKind) (json.RawMessage, error) {
 		delete(s, "minProperties")
 		return rootSchema(s)
 	case codecID:
-		return rootSchema(objectSchema(map[string]any{"id": uuidSchema()}, []string{"id"}))
+		return rootSchema(objectSchema(map[string]any{"id": uuidSchema(), "version": versionSchema()}, []string{"id"}))
 	case codecDetail:
 		return rootSchema(objectSchema(map[string]any{"id": uuidSchema(), "asOf": timeSchema()}, []string{"id"}))
 	case codecList:
