@@ -68,16 +68,18 @@ func (s *Server) query(c echo.Context) error {
 	return respond(c, http.StatusOK, data{out})
 }
 
-// POST /api/command: {"type","payload"} → 202 {"ok": true}.
+// POST /api/command: {"type","payload"} → 200 {"data": the handler's
+// result}, once the command has committed.
 func (s *Server) command(c echo.Context) error {
 	req, err := requestOf(c)
 	if err != nil {
 		return err
 	}
-	if _, err := s.d.Command(c.Request().Context(), callerOf(c), req); err != nil {
+	out, err := s.d.Command(c.Request().Context(), callerOf(c), req)
+	if err != nil {
 		return err
 	}
-	return respond(c, http.StatusAccepted, map[string]bool{"ok": true})
+	return respond(c, http.StatusOK, data{out})
 }
 
 // GET /api/inspect/:aggregateType/:id: the stream's timeline, for the

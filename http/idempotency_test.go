@@ -32,13 +32,15 @@ func TestIdempotencyReplay(t *testing.T) {
 	require.NotEqual(t, first.header.Get("X-Request-ID"), again.header.Get("X-Request-ID"), "the replay is its own request")
 	require.Equal(t, 1, e.events())
 
-	// Batches and commands replay too; a 202 keeps its status.
+	// Batches and commands replay too, with the handler's result.
 	id := first.data(t)["id"].(string)
 	cmd := fmt.Sprintf(`{"type":"task.complete","payload":{"id":%q,"version":1}}`, id)
-	for range 2 {
-		r := e.post("/api/command", alice, cmd, "Idempotency-Key", "replay-2")
-		require.Equal(t, 202, r.status, r.String())
-	}
+	c1 := e.post("/api/command", alice, cmd, "Idempotency-Key", "replay-2")
+	c2 := e.post("/api/command", alice, cmd, "Idempotency-Key", "replay-2")
+	require.Equal(t, 200, c1.status, c1.String())
+	require.Equal(t, 200, c2.status, c2.String())
+	require.Equal(t, c1.body, c2.body)
+	require.Equal(t, "true", c2.header.Get("Idempotent-Replayed"))
 	batch := `{"commands":[{"type":"task.create","payload":{"title":"b1"}},{"type":"task.create","payload":{"title":"b2"}}]}`
 	b1 := e.post("/api/batch", alice, batch, "Idempotency-Key", "replay-3")
 	b2 := e.post("/api/batch", alice, batch, "Idempotency-Key", "replay-3")

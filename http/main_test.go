@@ -76,8 +76,14 @@ func newEnv(t *testing.T, opts ...func(*khttp.Config)) *env {
 // newEnvConns is newEnv with a pool of conns connections.
 func newEnvConns(t *testing.T, conns int32, opts ...func(*khttp.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, conns, nil, opts...)
+}
+
+// newEnvWith is newEnvConns serving extra features too.
+func newEnvWith(t *testing.T, conns int32, extra []*feature.Feature, opts ...func(*khttp.Config)) *env {
+	t.Helper()
 	e := &env{t: t, idem: newMemStore(), logs: &logBuffer{}}
-	e.app = kumikotest.NewApp(t, []*feature.Feature{tasks.Feature, probe}, kumikotest.MaxConns(conns))
+	e.app = kumikotest.NewApp(t, append([]*feature.Feature{tasks.Feature, probe}, extra...), kumikotest.MaxConns(conns))
 	cfg := khttp.Config{
 		JWTSecret:   secret,
 		Idempotency: e.idem,

@@ -32,6 +32,7 @@ const (
 	reasonInvalidToken        = "invalid_token"
 	reasonTokenExpired        = "token_expired"
 	reasonAuthorizationHeader = "authorization_header"
+	detailFailedIndex         = "failedIndex"
 )
 
 // statusOf is the HTTP status of an error code (and, for
@@ -174,8 +175,13 @@ func toProblem(err error) (p problem, header http.Header, cause error) {
 	}
 	p.Status = statusOf(p.Code, p.Reason)
 	if p.Status == http.StatusInternalServerError {
-		// Whatever the code claimed, a 500 shows nothing of its origin.
-		p.Code, p.Reason, p.Detail, p.Fields, p.Details = pipeline.CodeInternal, pipeline.CodeInternal, genericInternalDetail, nil, nil
+		// Whatever the code claimed, a 500 shows nothing of its origin but
+		// the failing command of a batch, which is the client's own input.
+		var details map[string]any
+		if i, ok := p.Details[detailFailedIndex].(int); ok {
+			details = map[string]any{detailFailedIndex: i}
+		}
+		p.Code, p.Reason, p.Detail, p.Fields, p.Details = pipeline.CodeInternal, pipeline.CodeInternal, genericInternalDetail, nil, details
 	}
 	p.Type = problemTypeBase + p.Code
 	p.Title = titles[p.Code]
