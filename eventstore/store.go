@@ -110,10 +110,12 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	// Rolls back when fn fails or panics (the panic goes on), so the
+	// connection goes back to the pool; a no-op after the commit.
+	defer func() { _ = tx.Rollback(ctx) }()
 	w := &txWake{conn: tx.Conn()}
 	ctx = context.WithValue(ctx, txWakeKey{}, w)
 	if err := fn(ctx, tx); err != nil {
-		_ = tx.Rollback(ctx)
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
