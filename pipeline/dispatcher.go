@@ -202,9 +202,10 @@ func (d *Dispatcher) Query(ctx context.Context, c Caller, req Request) (any, err
 		out, err = d.detail(ctx, &c, d.entities[h.Entity], in.(registry.DetailInput))
 	default:
 		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			var err error
-			out, err = h.Invoke(d.newCommandContext(ctx, tx, &c, h.Feature), in)
-			return err
+			return runAuthor(d.log, func() (err error) {
+				out, err = h.Invoke(d.newCommandContext(ctx, tx, &c, h.Feature), in)
+				return err
+			}, "handler", h.Name, "requestId", c.RequestID)
 		})
 	}
 	if err != nil {
@@ -265,12 +266,18 @@ func (d *Dispatcher) checkFieldWrite(u feature.User, h registry.Handler, raw jso
 	return nil
 }
 
-// execute runs a gated write or command inside tx.
-func (d *Dispatcher) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (any, error) {
-	if h.Kind == feature.KindCommand {
-		return h.Invoke(d.newCommandContext(ctx, tx, c, h.Feature), in)
-	}
-	return d.crud(ctx, tx, c, h, in)
+// execute runs a gated write or command inside tx. A panic in the handler or
+// in an inline projection's apply is an error, so tx rolls back.
+func (d *Dispatcher) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (out any, err error) {
+	err = runAuthor(d.log, func() (err error) {
+		if h.Kind == feature.KindCommand {
+			out, err = h.Invoke(d.newCommandContext(ctx, tx, c, h.Feature), in)
+		} else {
+			out, err = d.crud(ctx, tx, c, h, in)
+		}
+		return err
+	}, "handler", h.Name, "requestId", c.RequestID)
+	return out, err
 }
 
 // tenantOf is the tenant an entity's streams and rows live in for c.

@@ -82,8 +82,9 @@ func (e *Error) set(key string, v any) {
 
 // AsError classifies any error of a request into an *Error: the framework's
 // typed errors keep their codes, a handler's feature.Refuse becomes
-// unprocessable, an unreachable database becomes unavailable, and everything
-// else is internal_error with a generic detail.
+// unprocessable, a handler's panic becomes internal_error (ReasonHandlerPanic),
+// an unreachable database becomes unavailable, and everything else is
+// internal_error with a generic detail.
 func AsError(err error) *Error {
 	if err == nil {
 		return nil
@@ -97,8 +98,11 @@ func AsError(err error) *Error {
 		vc  *eventstore.VersionConflictError
 		ref *feature.RefusedError
 		pg  *pgconn.PgError
+		pp  *panicError
 	)
 	switch {
+	case errors.As(err, &pp):
+		return newError(CodeInternal, ReasonHandlerPanic, "internal error", err)
 	case errors.As(err, &ve):
 		e := newError(CodeValidation, "", "the payload is not valid", err)
 		e.Fields = ve.Fields

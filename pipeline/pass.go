@@ -182,7 +182,7 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 //
 // Without careful, handlers run directly in tx and the first failure ends
 // the apply (the caller then rolls back); with careful, each runs under a
-// savepoint.
+// savepoint. A handler's panic is a failure like a returned error.
 func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event, careful bool) (applied []eventstore.Event, next int64, failures int, failed error) {
 	next = cursor
 	guard := savepoint
@@ -197,7 +197,11 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 			}
 		}
 		if len(wanted) > 0 {
-			if err := guard(ctx, tx, func(sp pgx.Tx) error { return c.HandleBatch(ctx, sp, wanted) }); err != nil {
+			err := guard(ctx, tx, func(sp pgx.Tx) error {
+				return runAuthor(e.cfg.Logger, func() error { return c.HandleBatch(ctx, sp, wanted) },
+					"consumer", c.Name, "firstEventId", wanted[0].ID, "events", len(wanted))
+			})
+			if err != nil {
 				if !careful || !c.SkipApplyErrors {
 					return nil, cursor, len(wanted), err
 				}
@@ -213,7 +217,11 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 	}
 	for _, ev := range evs {
 		if c.wants(ev.Type) {
-			if err := guard(ctx, tx, func(sp pgx.Tx) error { return c.Handle(ctx, sp, ev) }); err != nil {
+			err := guard(ctx, tx, func(sp pgx.Tx) error {
+				return runAuthor(e.cfg.Logger, func() error { return c.Handle(ctx, sp, ev) },
+					"consumer", c.Name, "eventId", ev.ID, "eventType", ev.Type)
+			})
+			if err != nil {
 				err = fmt.Errorf("event %d (%s): %w", ev.ID, ev.Type, err)
 				failures++
 				if !careful || !c.SkipApplyErrors {

@@ -411,25 +411,26 @@ VALUES ($1, $2, $3) ON CONFLICT (projection, event_id) DO UPDATE SET error = EXC
 }
 
 // apply runs the projection's apply function for ev against the shadow; an
-// inline projection writes through db, a multi-stream one works in tx.
+// inline projection writes through db, a multi-stream one works in tx. A
+// panic in it fails the event like a returned error.
 func (r *rebuild) apply(ctx context.Context, db feature.DB, tx pgx.Tx, ev eventstore.Event) error {
 	table := r.d.qualify(r.shadow)
-	if r.t.kind == ProjectionInline {
-		apply, _ := r.t.proj.Apply(ev.Type)
-		pc := &projectionContext{ctx: ctx, db: db, tenant: ev.TenantID, table: table}
-		if err := apply(pc, featureEvent(ev)); err != nil {
-			return fmt.Errorf("projection %s: event %d (%s): %w", r.t.name, ev.ID, ev.Type, err)
+	appended := 0
+	err := runAuthor(r.d.log, func() (err error) {
+		if r.t.kind == ProjectionInline {
+			apply, _ := r.t.proj.Apply(ev.Type)
+			return apply(&projectionContext{ctx: ctx, db: db, tenant: ev.TenantID, table: table}, featureEvent(ev))
 		}
-		return nil
-	}
-	appended, err := r.d.applyMSP(ctx, tx, r.t.msp, table, ev)
-	if err != nil {
-		return fmt.Errorf("projection %s: event %d (%s): %w", r.t.name, ev.ID, ev.Type, err)
-	}
-	if appended > 0 {
+		appended, err = r.d.applyMSP(ctx, tx, r.t.msp, table, ev)
+		return err
+	}, "projection", r.t.name, "eventId", ev.ID, "eventType", ev.Type)
+	if err == nil && appended > 0 {
 		// A replay must not repeat side effects; the transaction (or
 		// savepoint) rolls the appended events back.
-		return fmt.Errorf("projection %s: event %d (%s): its apply appends events, which a rebuild cannot repeat", r.t.name, ev.ID, ev.Type)
+		err = errors.New("its apply appends events, which a rebuild cannot repeat")
+	}
+	if err != nil {
+		return fmt.Errorf("projection %s: event %d (%s): %w", r.t.name, ev.ID, ev.Type, err)
 	}
 	return nil
 }
