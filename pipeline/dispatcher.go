@@ -272,6 +272,14 @@ func (d *Dispatcher) execute(ctx context.Context, tx pgx.Tx, c *Caller, h regist
 	err = runAuthor(d.log, func() (err error) {
 		if h.Kind == feature.KindCommand {
 			out, err = h.Invoke(d.newCommandContext(ctx, tx, c, h.Feature), in)
+			if err == nil {
+				// The answer is encoded after the commit: a result that
+				// cannot be encoded must fail the command before it commits,
+				// not tell the client it failed after it did.
+				if _, jerr := json.Marshal(out); jerr != nil {
+					err = fmt.Errorf("command %s: its result cannot be encoded as JSON: %w", h.Name, jerr)
+				}
+			}
 		} else {
 			out, err = d.crud(ctx, tx, c, h, in)
 		}
