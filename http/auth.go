@@ -1,6 +1,8 @@
 package http
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,23 +12,73 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
+// Bounds of the identity claims: they end up in event metadata and audit
+// columns, so a token cannot smuggle in megabytes of text per request.
+const (
+	maxSubjectLen = 256
+	maxRoles      = 64
+	maxRoleLen    = 128
+)
+
+// keyTokenExpiry is where authenticate leaves the expiry of the caller's
+// token on the echo.Context (a time.Time; absent for anonymous callers).
+const keyTokenExpiry = "kumiko.token_expiry"
+
 // claims are the token claims the adapter reads: sub (user id), tid (tenant
-// UUID), roles, and the registered time claims (exp is required).
+// UUID), roles, and the registered claims (exp is required; nbf and iat are
+// optional; iss and aud are checked when configured).
 type claims struct {
 	Tenant string   `json:"tid"`
 	Roles  []string `json:"roles,omitempty"`
 	jwt.RegisteredClaims
 }
 
+// UnmarshalJSON refuses time claims that are not JSON numbers: the jwt
+// library would read "exp":"1700000000" (a string) as a date. Keys are
+// compared case-insensitively, as encoding/json matches them to fields.
+func (cl *claims) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	for k, v := range raw {
+		if !strings.EqualFold(k, "exp") && !strings.EqualFold(k, "nbf") && !strings.EqualFold(k, "iat") {
+			continue
+		}
+		if v = bytes.TrimSpace(v); len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+			return fmt.Errorf("claim %s must be a number, got %.20s", k, v)
+		}
+	}
+	type plain claims // no UnmarshalJSON: decodes the fields
+	return json.Unmarshal(b, (*plain)(cl))
+}
+
+// TokenOption adds a claim to a token IssueToken signs.
+type TokenOption func(*claims)
+
+// TokenIssuer sets the iss claim, for a server whose Config.Issuer is set.
+func TokenIssuer(iss string) TokenOption {
+	return func(cl *claims) { cl.Issuer = iss }
+}
+
+// TokenAudience sets the aud claim, for a server whose Config.Audience is set.
+func TokenAudience(aud string) TokenOption {
+	return func(cl *claims) { cl.Audience = jwt.ClaimStrings{aud} }
+}
+
 // IssueToken signs an HS256 token for user in tenant with roles, valid for
 // ttl: what the server accepts as `Authorization: Bearer <token>`. For
 // development (make run prints one) and tests; production tokens come from
-// the identity provider, signed with the same secret.
-func IssueToken(secret []byte, user, tenant string, roles []string, ttl time.Duration) (string, error) {
+// the identity provider, signed with the same secret. It refuses what the
+// server would refuse: an empty user, a tenant that is not a UUID, the nil
+// UUID or the reserved system tenant (eventstore.SystemTenant), and a user
+// or roles with NUL characters.
+func IssueToken(secret []byte, user, tenant string, roles []string, ttl time.Duration, opts ...TokenOption) (string, error) {
 	switch {
 	case len(secret) == 0:
 		return "", errors.New("http: IssueToken: the secret is empty")
@@ -39,7 +91,7 @@ func IssueToken(secret []byte, user, tenant string, roles []string, ttl time.Dur
 		return "", fmt.Errorf("http: IssueToken: tenant %q is not a non-nil UUID", tenant)
 	}
 	now := time.Now()
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims{
+	cl := claims{
 		Tenant: tenant,
 		Roles:  roles,
 		RegisteredClaims: jwt.RegisteredClaims{
@@ -47,7 +99,43 @@ func IssueToken(secret []byte, user, tenant string, roles []string, ttl time.Dur
 			IssuedAt:  jwt.NewNumericDate(now),
 			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 		},
-	}).SignedString(secret)
+	}
+	for _, o := range opts {
+		o(&cl)
+	}
+	if _, err := cl.identity(); err != nil {
+		return "", fmt.Errorf("http: IssueToken: %s", err.detail)
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, cl).SignedString(secret)
+}
+
+// identity is the user the claims name, or why they name none the server
+// accepts. Every string checked here reaches the database (event metadata,
+// audit columns), which cannot store NUL.
+func (cl *claims) identity() (feature.User, *apiError) {
+	switch {
+	case cl.Subject == "":
+		return feature.User{}, unauthenticated(reasonInvalidToken, "the token names no user (sub)", nil)
+	case len(cl.Subject) > maxSubjectLen || strings.ContainsRune(cl.Subject, 0):
+		return feature.User{}, unauthenticated(reasonInvalidToken,
+			fmt.Sprintf("the token's user (sub) must be at most %d bytes without NUL characters", maxSubjectLen), nil)
+	case len(cl.Roles) > maxRoles:
+		return feature.User{}, unauthenticated(reasonInvalidToken, fmt.Sprintf("the token names more than %d roles", maxRoles), nil)
+	}
+	for _, r := range cl.Roles {
+		if len(r) > maxRoleLen || strings.ContainsRune(r, 0) {
+			return feature.User{}, unauthenticated(reasonInvalidToken,
+				fmt.Sprintf("the token's roles must be at most %d bytes each without NUL characters", maxRoleLen), nil)
+		}
+	}
+	tid, err := uuid.Parse(cl.Tenant)
+	switch {
+	case err != nil || tid == uuid.Nil:
+		return feature.User{}, unauthenticated(reasonInvalidToken, "the token names no tenant UUID (tid)", err)
+	case tid == eventstore.SystemTenant:
+		return feature.User{}, unauthenticated(reasonInvalidToken, "the token names the reserved system tenant (tid)", nil)
+	}
+	return feature.User{ID: cl.Subject, TenantID: tid, Roles: cl.Roles, Authenticated: true}, nil
 }
 
 // authenticator verifies bearer tokens.
@@ -56,41 +144,47 @@ type authenticator struct {
 	parser *jwt.Parser
 }
 
-func newAuthenticator(secret []byte) *authenticator {
-	return &authenticator{secret: secret, parser: jwt.NewParser(
+// newAuthenticator verifies HS256 tokens signed with secret; a non-empty
+// issuer or audience must match the token's iss or aud.
+func newAuthenticator(secret []byte, issuer, audience string) *authenticator {
+	opts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), // refuses "none", RS*, ES*, HS384/512
 		jwt.WithExpirationRequired(),
 		jwt.WithStrictDecoding(),
-	)}
+	}
+	if issuer != "" {
+		opts = append(opts, jwt.WithIssuer(issuer))
+	}
+	if audience != "" {
+		opts = append(opts, jwt.WithAudience(audience))
+	}
+	return &authenticator{secret: secret, parser: jwt.NewParser(opts...)}
 }
 
-// user returns the caller an Authorization header names: the anonymous user
-// when there is none, an unauthenticated error when it is not a valid
-// bearer token.
-func (a *authenticator) user(header string) (feature.User, error) {
+// user returns the caller an Authorization header names and when its token
+// expires: the anonymous user (and the zero time) when there is none, an
+// unauthenticated error when it is not a valid bearer token.
+func (a *authenticator) user(header string) (feature.User, time.Time, error) {
 	if header == "" {
-		return feature.User{}, nil
+		return feature.User{}, time.Time{}, nil
 	}
 	scheme, token, _ := strings.Cut(header, " ")
 	token = strings.TrimSpace(token)
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return feature.User{}, unauthenticated(reasonAuthorizationHeader, "the Authorization header must be `Bearer <token>`", nil)
+		return feature.User{}, time.Time{}, unauthenticated(reasonAuthorizationHeader, "the Authorization header must be `Bearer <token>`", nil)
 	}
 	var cl claims
 	if _, err := a.parser.ParseWithClaims(token, &cl, func(*jwt.Token) (any, error) { return a.secret, nil }); err != nil {
 		if errors.Is(err, jwt.ErrTokenExpired) {
-			return feature.User{}, unauthenticated(reasonTokenExpired, "the token has expired", err)
+			return feature.User{}, time.Time{}, unauthenticated(reasonTokenExpired, "the token has expired", err)
 		}
-		return feature.User{}, unauthenticated(reasonInvalidToken, "the token is invalid", err)
+		return feature.User{}, time.Time{}, unauthenticated(reasonInvalidToken, "the token is invalid", err)
 	}
-	if cl.Subject == "" {
-		return feature.User{}, unauthenticated(reasonInvalidToken, "the token names no user (sub)", nil)
+	u, err := cl.identity()
+	if err != nil {
+		return feature.User{}, time.Time{}, err
 	}
-	tid, err := uuid.Parse(cl.Tenant)
-	if err != nil || tid == uuid.Nil {
-		return feature.User{}, unauthenticated(reasonInvalidToken, "the token names no tenant UUID (tid)", err)
-	}
-	return feature.User{ID: cl.Subject, TenantID: tid, Roles: cl.Roles, Authenticated: true}, nil
+	return u, cl.ExpiresAt.Time, nil
 }
 
 func unauthenticated(reason, detail string, cause error) *apiError {
@@ -107,13 +201,37 @@ func unauthenticated(reason, detail string, cause error) *apiError {
 // unauthenticated where a rule needs one.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		u, err := s.auth.user(c.Request().Header.Get(echo.HeaderAuthorization))
+		u, exp, err := s.auth.user(c.Request().Header.Get(echo.HeaderAuthorization))
 		if err != nil {
 			return err
 		}
 		c.Set(keyUser, u)
+		if u.Authenticated {
+			c.Set(keyTokenExpiry, exp)
+		}
 		return next(c)
 	}
+}
+
+// requireOperator refuses callers without the OperatorRole: app-wide state
+// (every tenant's consumers, projections, metrics, error texts) is not any
+// tenant's to see. what names the state, for the error.
+func (s *Server) requireOperator(c echo.Context, what string) error {
+	u := userOf(c)
+	switch {
+	case !u.Authenticated:
+		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to see "+what, nil)
+	case !u.HasRole(s.cfg.OperatorRole):
+		return newAPIError(pipeline.CodeAccessDenied, "", "seeing "+what+" needs the role "+s.cfg.OperatorRole)
+	}
+	return nil
+}
+
+// tokenExpiryOf is when the caller's token expires; ok is false for an
+// anonymous caller.
+func tokenExpiryOf(c echo.Context) (exp time.Time, ok bool) {
+	exp, ok = c.Get(keyTokenExpiry).(time.Time)
+	return exp, ok
 }
 
 func userOf(c echo.Context) feature.User {

@@ -10,15 +10,11 @@ import (
 
 // GET /api/consumers: every consumer shard of the async event dispatcher —
 // name, instanceId, cursor, head, lagEvents, lagSeconds, status, attempts,
-// lastError, updatedAt — as {"data": […]}, for the AdminRole. Consumer state
-// belongs to the app, not to a tenant: an admin of any tenant sees all of it.
+// lastError, updatedAt — as {"data": […]}, for the OperatorRole. Consumer
+// state belongs to the app, not to a tenant: a tenant's admin does not see it.
 func (s *Server) consumers(c echo.Context) error {
-	u := userOf(c)
-	switch {
-	case !u.Authenticated:
-		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to list consumers", nil)
-	case !u.HasRole(s.cfg.AdminRole):
-		return newAPIError(pipeline.CodeAccessDenied, "", "listing consumers needs the role "+s.cfg.AdminRole)
+	if err := s.requireOperator(c, "the consumers"); err != nil {
+		return err
 	}
 	// ConsumerOps holds nothing but the store and its statements: building it
 	// per request costs nothing worth caching.

@@ -15,16 +15,17 @@ import (
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
-// An admin sees every consumer shard with its cursor, head, lag and status;
-// others are refused.
+// An operator sees every consumer shard with its cursor, head, lag and
+// status; others, a tenant's admin included, are refused.
 func TestConsumers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	alice := token(t, "alice", tenantA, "User")
 	admin := token(t, "ada", tenantA, "Admin")
+	operator := token(t, "olga", tenantA, "Operator")
 	ctx := context.Background()
 
-	r := e.do(get("/api/consumers", admin))
+	r := e.do(get("/api/consumers", operator))
 	require.Equal(t, http.StatusOK, r.status, r.String())
 	require.JSONEq(t, `{"data":[]}`, string(r.body), "no shards yet: an empty list")
 
@@ -62,7 +63,7 @@ func TestConsumers(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	r = e.do(get("/api/consumers", admin))
+	r = e.do(get("/api/consumers", operator))
 	require.Equal(t, http.StatusOK, r.status, r.String())
 	require.Equal(t, "application/json", r.header.Get("Content-Type"))
 	list, ok := r.obj(t)["data"].([]any)
@@ -95,9 +96,10 @@ func TestConsumers(t *testing.T) {
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now(), at, time.Minute)
 
-	// No admin role, no token, another method.
+	// No operator role, no token, another method.
 	requireProblem(t, e.do(get("/api/consumers", alice)), http.StatusForbidden, "access_denied", "")
+	requireProblem(t, e.do(get("/api/consumers", admin)), http.StatusForbidden, "access_denied", "")
 	requireProblem(t, e.do(get("/api/consumers", "")), http.StatusUnauthorized, "unauthenticated", "")
 	requireProblem(t, e.do(get("/api/consumers", "not-a-token")), http.StatusUnauthorized, "unauthenticated", "")
-	requireProblem(t, e.do(request{method: http.MethodPost, path: "/api/consumers", token: admin}), http.StatusMethodNotAllowed, "method_not_allowed", "")
+	requireProblem(t, e.do(request{method: http.MethodPost, path: "/api/consumers", token: operator}), http.StatusMethodNotAllowed, "method_not_allowed", "")
 }

@@ -29,7 +29,7 @@ func TestMetrics(t *testing.T) {
 	e.do(get("/api/inspect/task/"+id, alice))
 	e.do(get("/no/such/"+uuid.NewString(), ""))
 
-	r := e.do(get("/metrics", ""))
+	r := e.do(get("/metrics", token(t, "olga", tenantA, "Operator")))
 	require.Equal(t, 200, r.status)
 	require.Contains(t, r.header.Get("Content-Type"), "text/plain")
 	text := string(r.body)
@@ -192,6 +192,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 	d := khttp.Config{}.WithDefaults()
 	require.Equal(t, "Admin", d.AdminRole)
+	require.Equal(t, "Operator", d.OperatorRole)
 	require.Equal(t, int64(1<<20), d.BodyLimit)
 	require.Equal(t, 20, d.MaxDepth)
 	require.Equal(t, 2*time.Second, d.IdempotencyWait)

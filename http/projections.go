@@ -11,14 +11,10 @@ import (
 // GET /api/projections: every inline projection and table-backed
 // multi-stream projection — name, kind, status (ready, rebuilding, failed),
 // cursor, head, lag, lastRebuildAt, lastError — as {"data": […]}, for the
-// AdminRole. Projections belong to the app, not to a tenant.
+// OperatorRole. Projections belong to the app, not to a tenant.
 func (s *Server) projections(c echo.Context) error {
-	u := userOf(c)
-	switch {
-	case !u.Authenticated:
-		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to list projections", nil)
-	case !u.HasRole(s.cfg.AdminRole):
-		return newAPIError(pipeline.CodeAccessDenied, "", "listing projections needs the role "+s.cfg.AdminRole)
+	if err := s.requireOperator(c, "the projections"); err != nil {
+		return err
 	}
 	list, err := s.d.ProjectionStatuses(c.Request().Context())
 	if err != nil {

@@ -11,19 +11,21 @@ import (
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
-// An admin sees each projection's status, cursor, head and lag, including a
-// rebuild's outcome; others are refused.
+// An operator sees each projection's status, cursor, head and lag,
+// including a rebuild's outcome; others, a tenant's admin included, are
+// refused.
 func TestProjections(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	alice := token(t, "alice", tenantA, "User")
 	admin := token(t, "ada", tenantA, "Admin")
+	operator := token(t, "olga", tenantA, "Operator")
 	e.create(alice, "one")
 	e.create(alice, "two")
 	_, err := e.app.Dispatcher.RebuildProjection(context.Background(), "tasks_by_month", pipeline.RebuildOptions{})
 	require.NoError(t, err)
 
-	r := e.do(get("/api/projections", admin))
+	r := e.do(get("/api/projections", operator))
 	require.Equal(t, http.StatusOK, r.status, r.String())
 	var body struct {
 		Data []map[string]any `json:"data"`
@@ -42,5 +44,6 @@ func TestProjections(t *testing.T) {
 	require.NotNil(t, found["lastRebuildAt"])
 
 	require.Equal(t, http.StatusForbidden, e.do(get("/api/projections", alice)).status)
+	require.Equal(t, http.StatusForbidden, e.do(get("/api/projections", admin)).status)
 	require.Equal(t, http.StatusUnauthorized, e.do(get("/api/projections", "")).status)
 }

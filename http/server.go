@@ -36,6 +36,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultAdminRole       = "Admin"
+	DefaultOperatorRole    = "Operator"
 	DefaultBodyLimit       = 1 << 20 // 1 MiB
 	DefaultMaxDepth        = 20
 	DefaultIdempotencyWait = 2 * time.Second
@@ -71,8 +72,25 @@ type Config struct {
 	// JWTSecret verifies bearer tokens (HS256 only). Required, at least
 	// MinSecretLen bytes.
 	JWTSecret []byte
-	// AdminRole is the role that may use /api/inspect. Default "Admin".
+	// AdminRole is the role that may use /api/inspect, within its own
+	// tenant. Default "Admin".
 	AdminRole string
+	// OperatorRole is the role that may see app-wide state: /api/consumers,
+	// /api/projections (with their lastError texts) and, unless
+	// SeparateMetrics is set, /metrics. A tenant's AdminRole does not
+	// suffice. Default "Operator".
+	OperatorRole string
+	// Issuer, when set, must equal every token's iss claim. Empty: iss is
+	// not checked.
+	Issuer string
+	// Audience, when set, must be among every token's aud claim. Empty: aud
+	// is not checked.
+	Audience string
+	// SeparateMetrics takes GET /metrics off Handler, for a process that
+	// serves its Gatherer on a listener of its own (kumiko.Config.MetricsAddr),
+	// unauthenticated and out of the public network's reach. False: Handler
+	// serves /metrics to the OperatorRole only.
+	SeparateMetrics bool
 	// BodyLimit is the largest request body in bytes; larger bodies answer
 	// 413 payload_too_large. Default 1 MiB.
 	BodyLimit int64
@@ -118,6 +136,9 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.AdminRole == "" {
 		c.AdminRole = DefaultAdminRole
+	}
+	if c.OperatorRole == "" {
+		c.OperatorRole = DefaultOperatorRole
 	}
 	if c.BodyLimit == 0 {
 		c.BodyLimit = DefaultBodyLimit
@@ -202,7 +223,7 @@ func NewServer(cfg Config, d *pipeline.Dispatcher, store *eventstore.Store) (*Se
 	}
 	s := &Server{
 		cfg: cfg, d: d, store: store, log: cfg.Logger, metrics: m,
-		auth: newAuthenticator(cfg.JWTSecret), routes: map[string]bool{},
+		auth: newAuthenticator(cfg.JWTSecret, cfg.Issuer, cfg.Audience), routes: map[string]bool{},
 	}
 	s.e = s.routeAll()
 	return s, nil
@@ -215,6 +236,17 @@ func (s *Server) Handler() http.Handler { return s.e }
 // Routes added there pass the request-id, logging and metrics middleware and
 // the central error handler, but not authentication.
 func (s *Server) Echo() *echo.Echo { return s.e }
+
+// metricsFor serves h (the Prometheus handler) to the OperatorRole.
+func (s *Server) metricsFor(h http.Handler) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := s.requireOperator(c, "the metrics"); err != nil {
+			return err
+		}
+		h.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
+}
 
 func (s *Server) routeAll() *echo.Echo {
 	e := echo.New()
@@ -234,7 +266,9 @@ func (s *Server) routeAll() *echo.Echo {
 	e.GET("/api/consumers", s.consumers, s.authenticate)
 	e.GET("/api/projections", s.projections, s.authenticate)
 
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
+	if !s.cfg.SeparateMetrics {
+		e.GET("/metrics", s.metricsFor(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})), s.authenticate)
+	}
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 

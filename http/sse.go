@@ -239,6 +239,13 @@ func renderEvent(ev eventstore.Event) ([]byte, error) {
 
 var (
 	heartbeatFrame = []byte(": ping\n\n")
+	// tokenExpiredFrame is the last frame of a stream whose token expired:
+	// no id (the client's Last-Event-ID stays its last event), a stable
+	// event name, and the problem fields of the 401 a request with that
+	// token would now get.
+	tokenExpiredFrame = []byte("event: token_expired\n" +
+		`data: {"code":"unauthenticated","reason":"token_expired","detail":"the token has expired; reconnect with a fresh token and Last-Event-ID to resume"}` +
+		"\n\n")
 	// lineBreaks would end an SSE field early.
 	lineBreaks = strings.NewReplacer("\r", "", "\n", "")
 )
@@ -254,6 +261,10 @@ var (
 // its first event P is unknown: the replay then reads the store to its end,
 // and live events it already sent are dropped by id (both run in id order);
 // a late commit racing that first replay may then come after a higher id.
+//
+// The stream ends when the caller's token expires, with a last
+// `event: token_expired` frame: the client reconnects with a fresh token
+// and Last-Event-ID.
 func (s *Server) events(c echo.Context) error {
 	u := userOf(c)
 	if !u.Authenticated {
@@ -293,6 +304,15 @@ func (s *Server) events(c echo.Context) error {
 		return nil // the client is gone
 	}
 
+	// The stream ends when the caller's token does: a stream must not
+	// outlive the authority it was opened with.
+	var expired <-chan time.Time
+	if exp, ok := tokenExpiryOf(c); ok {
+		t := time.NewTimer(time.Until(exp))
+		defer t.Stop()
+		expired = t.C
+	}
+
 	ctx := c.Request().Context()
 	log := infoOf(c).log
 	// sent holds the ids the replay sent beyond the hub's position, which
@@ -318,6 +338,8 @@ func (s *Server) events(c echo.Context) error {
 			select {
 			case <-cl.gone:
 				return s.streamEnded(c, cl)
+			case <-expired:
+				return w.end(tokenExpiredFrame)
 			default:
 			}
 		}
@@ -340,6 +362,8 @@ func (s *Server) events(c echo.Context) error {
 			return nil
 		case <-cl.gone:
 			return s.streamEnded(c, cl)
+		case <-expired:
+			return w.end(tokenExpiredFrame)
 		case <-beat.C:
 			if err := w.writeRaw(heartbeatFrame); err != nil {
 				return nil
@@ -401,6 +425,14 @@ func (w *sseWriter) writeRaw(frame []byte) error {
 	}
 	_, err := w.res.Write(frame)
 	return err
+}
+
+// end writes a last frame and flushes; the stream ends after it either way.
+func (w *sseWriter) end(frame []byte) error {
+	if err := w.writeRaw(frame); err == nil {
+		_ = w.flush()
+	}
+	return nil
 }
 
 func (w *sseWriter) flush() error {

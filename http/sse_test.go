@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -595,4 +596,39 @@ func TestEventsCloseStreams(t *testing.T) {
 	require.Empty(t, s1.ended())
 	require.Empty(t, s2.ended())
 	requireProblem(t, e.do(get("/api/events", alice)), http.StatusServiceUnavailable, "unavailable", "shutting_down")
+}
+
+// A stream ends by itself when its token expires, live or replaying, with a
+// last token_expired frame that tells the client to reconnect with a fresh
+// token; the stale token is then refused.
+func TestEventsEndWhenTokenExpires(t *testing.T) {
+	t.Parallel()
+	e := newSSEEnv(t, 0)
+	start(t, feed(t, e))
+	alice := token(t, "alice", tenantA, "User")
+	short, err := khttp.IssueToken(secret, "alice", tenantA.String(), nil, 3*time.Second)
+	require.NoError(t, err)
+	var cl jwt.RegisteredClaims
+	_, _, err = jwt.NewParser().ParseUnverified(short, &cl)
+	require.NoError(t, err)
+
+	live := openStream(t, e.srv, "/api/events", short).read()
+	replay := openStream(t, e.srv, "/api/events?after=0", short).read()
+	e.create(alice, "before expiry")
+	require.Equal(t, []string{"before expiry"}, live.titles(1), "the stream serves until the token expires")
+	require.Equal(t, []string{"before expiry"}, replay.titles(1))
+
+	for _, s := range []*sseStream{live, replay} {
+		rest := s.ended()
+		require.NotEmpty(t, rest, "the stream ended without a last frame")
+		last := rest[len(rest)-1]
+		require.Equal(t, "token_expired", last.event)
+		require.Empty(t, last.id, "the last frame leaves Last-Event-ID alone")
+		d := last.obj(t)
+		require.Equal(t, "unauthenticated", d["code"])
+		require.Equal(t, "token_expired", d["reason"])
+		require.Contains(t, d["detail"], "reconnect")
+	}
+	require.False(t, time.Now().Before(cl.ExpiresAt.Time), "the streams ended at expiry, not before")
+	requireProblem(t, e.do(get("/api/events", short)), http.StatusUnauthorized, "unauthenticated", "token_expired")
 }
