@@ -807,7 +807,7 @@ func (o *ops) tokenCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "token",
-		Short: "Issue a development JWT (HS256, signed with KUMIKO_JWT_SECRET or the development secret)",
+		Short: "Issue a development JWT (HS256, signed with KUMIKO_JWT_SECRET or the development secret, with KUMIKO_JWT_ISSUER and KUMIKO_JWT_AUDIENCE when set)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := o.cfg.FromEnv()
@@ -816,7 +816,7 @@ func (o *ops) tokenCmd() *cobra.Command {
 				secret = devJWTSecret
 				fmt.Fprintln(cmd.ErrOrStderr(), "no KUMIKO_JWT_SECRET; signing with the development secret")
 			}
-			tok, err := khttp.IssueToken([]byte(secret), user, tenant, roles, ttl)
+			tok, err := khttp.IssueToken([]byte(secret), user, tenant, roles, ttl, tokenOptions(cfg)...)
 			if err != nil {
 				return err
 			}
@@ -837,7 +837,7 @@ func (o *ops) tokenCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&user, "user", "dev", "user id (the token's subject)")
 	fl.StringVar(&tenant, "tenant", devTenant, "tenant UUID")
-	fl.StringSliceVar(&roles, "roles", []string{"Admin", "User"}, "roles, comma-separated")
+	fl.StringSliceVar(&roles, "roles", []string{"Admin", "User"}, "roles, comma-separated (Operator sees consumers, projections and metrics)")
 	fl.DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token is valid")
 	return cmd
 }

@@ -363,6 +363,16 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		_, err = jwt.Parse(js.Token, func(*jwt.Token) (any, error) { return []byte(secret), nil }, jwt.WithValidMethods([]string{"HS256"}))
 		require.NoError(t, err)
 
+		r = runCLI(t, bin, append(env, "KUMIKO_JWT_ISSUER=https://idp.example", "KUMIKO_JWT_AUDIENCE=tasks-api"), "token", "--roles", "Operator")
+		require.Equal(t, 0, r.code, r.stderr)
+		claims = jwt.MapClaims{}
+		_, err = jwt.ParseWithClaims(strings.TrimSpace(r.stdout), claims, func(*jwt.Token) (any, error) {
+			return []byte("kumiko-development-secret-not-for-production"), nil
+		}, jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer("https://idp.example"), jwt.WithAudience("tasks-api"))
+		require.NoError(t, err, "the token carries the configured issuer and audience")
+		require.Equal(t, []any{"Operator"}, claims["roles"])
+		fails("system tenant", "token", "--tenant", "00000000-0000-4000-8000-000000000000")
+
 		fails("not a non-nil UUID", "token", "--tenant", "nope")
 		fails("ttl must be positive", "token", "--ttl", "-1h")
 	})

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,6 +47,22 @@ type Config struct {
 	Addr string
 	// JWTSecret verifies HS256 bearer tokens. Required, at least 32 bytes.
 	JWTSecret string
+	// JWTIssuer, when set, must equal every token's iss claim. Empty: not
+	// checked.
+	JWTIssuer string
+	// JWTAudience, when set, must be among every token's aud claim. Empty:
+	// not checked.
+	JWTAudience string
+	// OperatorRole is the role that sees app-wide state over HTTP
+	// (/api/consumers, /api/projections, and /metrics unless MetricsAddr is
+	// set). Default "Operator".
+	OperatorRole string
+	// MetricsAddr, when set, serves GET /metrics on a listener of its own,
+	// without authentication (keep it off the public network), in servers
+	// and workers alike; the API listener then has no /metrics. Empty: a
+	// server serves /metrics on Addr to the OperatorRole, a worker serves
+	// none.
+	MetricsAddr string
 	// InstanceID names this process among the app's processes (consumer
 	// state, metrics). Default: a random UUID, with a warning.
 	InstanceID string
@@ -112,6 +129,9 @@ func (c Config) validate() error {
 	if c.MaxConns < 2 {
 		errs = append(errs, errors.New("Config.MaxConns must be at least 2"))
 	}
+	if c.MetricsAddr != "" && c.MetricsAddr == c.Addr && !strings.HasSuffix(c.Addr, ":0") { // :0 picks a free port each
+		errs = append(errs, errors.New("Config.MetricsAddr must differ from Config.Addr"))
+	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("Config.ShutdownTimeout must not be negative"))
 	}
@@ -119,7 +139,8 @@ func (c Config) validate() error {
 }
 
 // FromEnv fills the zero fields of c from the environment: DATABASE_URL,
-// REDIS_URL, KUMIKO_JWT_SECRET, KUMIKO_ADDR, KUMIKO_SCHEMA and
+// REDIS_URL, KUMIKO_JWT_SECRET, KUMIKO_JWT_ISSUER, KUMIKO_JWT_AUDIENCE,
+// KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR, KUMIKO_SCHEMA and
 // KUMIKO_INSTANCE_ID. Only Main and commands call it; the library never reads
 // the environment.
 func (c Config) FromEnv() Config {
@@ -131,6 +152,10 @@ func (c Config) FromEnv() Config {
 	set(&c.DatabaseURL, "DATABASE_URL")
 	set(&c.RedisURL, "REDIS_URL")
 	set(&c.JWTSecret, "KUMIKO_JWT_SECRET")
+	set(&c.JWTIssuer, "KUMIKO_JWT_ISSUER")
+	set(&c.JWTAudience, "KUMIKO_JWT_AUDIENCE")
+	set(&c.OperatorRole, "KUMIKO_OPERATOR_ROLE")
+	set(&c.MetricsAddr, "KUMIKO_METRICS_ADDR")
 	set(&c.Addr, "KUMIKO_ADDR")
 	set(&c.Schema, "KUMIKO_SCHEMA")
 	set(&c.InstanceID, "KUMIKO_INSTANCE_ID")

@@ -179,6 +179,9 @@ func TestSampleBinaryServes(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, string(inspect), `"type":"task.created"`)
 	require.Contains(t, string(inspect), `"type":"task.updated"`)
+	require.Contains(t, out, "roles Admin, User, Operator")
+	status, consumers := get(t, base+"/api/consumers", token[1])
+	require.Equal(t, http.StatusOK, status, "the development token is an operator's: %s", consumers)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	err = cmd.Wait()

@@ -135,10 +135,14 @@ func devDatabase(ctx context.Context, app string) (string, error) {
 	return u.String(), nil
 }
 
+// devRoles are the roles of the development token: on a development machine
+// one person is user, tenant admin and operator.
+var devRoles = []string{"Admin", "User", "Operator"}
+
 // printDevHelp prints a development token and a request to paste.
 func printDevHelp(out io.Writer, app *App) {
 	p := app.Parts()
-	token, err := khttp.IssueToken([]byte(p.Config.JWTSecret), "dev", devTenant, []string{"Admin", "User"}, 24*time.Hour)
+	token, err := khttp.IssueToken([]byte(p.Config.JWTSecret), "dev", devTenant, devRoles, 24*time.Hour, tokenOptions(p.Config)...)
 	if err != nil {
 		fmt.Fprintf(out, "could not issue a development token: %v\n", err)
 		return
@@ -148,7 +152,7 @@ func printDevHelp(out io.Writer, app *App) {
 		addr = "localhost:" + addr[strings.LastIndex(addr, ":")+1:]
 	}
 	fmt.Fprintf(out, "\n%s is ready on http://%s (database %s)\n", p.Config.Name, addr, redactURL(p.Config.DatabaseURL))
-	fmt.Fprintf(out, "Development token for user dev in tenant %s, roles Admin and User, valid 24 h:\n\n", devTenant)
+	fmt.Fprintf(out, "Development token for user dev in tenant %s, roles %s, valid 24 h:\n\n", devTenant, strings.Join(devRoles, ", "))
 	fmt.Fprintf(out, "export TOKEN=%s\n", token)
 	for _, e := range p.Registry.Entities() {
 		for _, v := range e.Verbs() {
@@ -160,6 +164,18 @@ func printDevHelp(out io.Writer, app *App) {
 			return
 		}
 	}
+}
+
+// tokenOptions are the iss and aud claims cfg's server checks.
+func tokenOptions(cfg Config) []khttp.TokenOption {
+	var opts []khttp.TokenOption
+	if cfg.JWTIssuer != "" {
+		opts = append(opts, khttp.TokenIssuer(cfg.JWTIssuer))
+	}
+	if cfg.JWTAudience != "" {
+		opts = append(opts, khttp.TokenAudience(cfg.JWTAudience))
+	}
+	return opts
 }
 
 // examplePayload fills the required fields of a create with sample values.

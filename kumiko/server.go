@@ -43,9 +43,10 @@ type Parts struct {
 // read tables) and starts listening; Stop drains requests and closes
 // everything, in reverse order.
 type App struct {
-	app   *fx.App
-	parts Parts
-	addr  *listenAddr
+	app     *fx.App
+	parts   Parts
+	addr    *listenAddr
+	metrics *metricsAddr
 }
 
 // listenAddr is the address the server bound, known once it started.
@@ -77,7 +78,7 @@ func build(ctx context.Context, cfg Config, withHTTP bool, features []*feature.F
 	}
 	cfg = cfg.resolveInstanceID()
 	a := &App{}
-	targets := []any{&a.parts.Config, &a.parts.Pool, &a.parts.Store, &a.parts.Registry, &a.parts.Dispatcher, &a.parts.Events, &a.parts.Metrics}
+	targets := []any{&a.parts.Config, &a.parts.Pool, &a.parts.Store, &a.parts.Registry, &a.parts.Dispatcher, &a.parts.Events, &a.parts.Metrics, &a.metrics}
 	opts := []fx.Option{
 		fx.WithLogger(func() fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: cfg.Logger.With("component", "fx")}
@@ -131,6 +132,7 @@ func core(ctx context.Context, cfg Config, features []*feature.Feature) fx.Optio
 			newEventDispatcher,
 		),
 		fx.Invoke(func(*pipeline.EventDispatcher) {}), // always deliver events
+		metricsListener(),
 	)
 }
 
@@ -250,6 +252,10 @@ func newIdempotency(lc fx.Lifecycle, cfg Config) (idempotency.Store, error) {
 func newHTTP(cfg Config, d *pipeline.Dispatcher, store *eventstore.Store, pool *pgxpool.Pool, idem idempotency.Store, metrics *prometheus.Registry) (*khttp.Server, error) {
 	return khttp.NewServer(khttp.Config{
 		JWTSecret:           []byte(cfg.JWTSecret),
+		Issuer:              cfg.JWTIssuer,
+		Audience:            cfg.JWTAudience,
+		OperatorRole:        cfg.OperatorRole,
+		SeparateMetrics:     cfg.MetricsAddr != "",
 		Idempotency:         idem,
 		IdempotencyFailOpen: cfg.IdempotencyFailOpen,
 		Logger:              cfg.Logger,
