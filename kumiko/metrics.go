@@ -1,10 +1,6 @@
 package kumiko
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"time"
 
@@ -39,25 +35,5 @@ func serveMetrics(lc fx.Lifecycle, cfg Config, reg *prometheus.Registry, addr *m
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute}
-	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
-			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
-			if err != nil {
-				return fmt.Errorf("listen %s (metrics): %w", cfg.MetricsAddr, err)
-			}
-			addr.set(ln.Addr().String())
-			go func() {
-				if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					cfg.Logger.Error("kumiko: metrics server stopped", "err", err)
-				}
-			}()
-			cfg.Logger.Info("kumiko: serving metrics", "addr", ln.Addr().String())
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
-			defer cancel()
-			return hs.Shutdown(ctx)
-		},
-	})
+	lc.Append(listenHook(cfg, "metrics", cfg.MetricsAddr, hs, &addr.listenAddr))
 }

@@ -269,19 +269,26 @@ func newHTTP(cfg Config, d *pipeline.Dispatcher, store *eventstore.Store, pool *
 func serve(lc fx.Lifecycle, cfg Config, srv *khttp.Server, addr *listenAddr) {
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	hs.RegisterOnShutdown(srv.CloseStreams) // open event streams would hold Shutdown
-	lc.Append(fx.Hook{
+	lc.Append(listenHook(cfg, "http", cfg.Addr, hs, addr))
+}
+
+// listenHook serves hs on address from start to stop (stopping gracefully
+// within cfg.ShutdownTimeout) and records the bound address in bound; what
+// names the server in errors and logs.
+func listenHook(cfg Config, what, address string, hs *http.Server, bound *listenAddr) fx.Hook {
+	return fx.Hook{
 		OnStart: func(ctx context.Context) error {
-			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
+			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
 			if err != nil {
-				return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+				return fmt.Errorf("listen %s (%s): %w", address, what, err)
 			}
-			addr.set(ln.Addr().String())
+			bound.set(ln.Addr().String())
 			go func() {
 				if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					cfg.Logger.Error("kumiko: http server stopped", "err", err)
+					cfg.Logger.Error("kumiko: "+what+" server stopped", "err", err)
 				}
 			}()
-			cfg.Logger.Info("kumiko: serving", "addr", ln.Addr().String(), "instance_id", cfg.InstanceID)
+			cfg.Logger.Info("kumiko: serving "+what, "addr", ln.Addr().String(), "instance_id", cfg.InstanceID)
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
@@ -289,5 +296,5 @@ func serve(lc fx.Lifecycle, cfg Config, srv *khttp.Server, addr *listenAddr) {
 			defer cancel()
 			return hs.Shutdown(ctx)
 		},
-	})
+	}
 }
