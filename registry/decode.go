@@ -141,16 +141,16 @@ func (r *Registry) DecodePayload(name string, raw json.RawMessage) (any, error) 
 		return nil, verr
 	}
 	out, errs := c.decodeCrud(obj)
-	if len(errs) > 0 {
-		return nil, invalid(errs...)
+	if !errs.empty() {
+		return nil, errs.err()
 	}
 	return out, nil
 }
 
-func (c *codec) decodeCrud(obj map[string]any) (any, []FieldError) {
+func (c *codec) decodeCrud(obj map[string]any) (any, problems) {
 	e := c.entity
-	var errs []FieldError
-	fail := func(path, code, msg string) { errs = append(errs, FieldError{Path: path, Code: code, Message: msg}) }
+	var errs problems
+	fail := errs.fail
 	only := func(allowed ...string) {
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			if !slices.Contains(allowed, k) {
@@ -215,9 +215,9 @@ func (c *codec) decodeCrud(obj map[string]any) (any, []FieldError) {
 		in := CreateInput{ID: id(false)}
 		fields := maps.Clone(obj)
 		delete(fields, "id")
-		var ferrs []FieldError
+		var ferrs problems
 		in.Fields, ferrs = e.validateFields(feature.VerbCreate, fields, "")
-		errs = append(errs, ferrs...)
+		errs.merge(ferrs)
 		return in, errs
 	case codecCreated:
 		out, ferrs := e.validateFields(feature.VerbCreate, obj, "")
@@ -246,9 +246,9 @@ func (c *codec) decodeCrud(obj map[string]any) (any, []FieldError) {
 				fail("changes", "required", "must change at least one field")
 				break
 			}
-			var ferrs []FieldError
+			var ferrs problems
 			in.Changes, ferrs = e.validateFields(feature.VerbUpdate, ch, "changes")
-			errs = append(errs, ferrs...)
+			errs.merge(ferrs)
 		default:
 			fail("changes", "type", "must be an object")
 		}
@@ -256,13 +256,14 @@ func (c *codec) decodeCrud(obj map[string]any) (any, []FieldError) {
 	case codecList:
 		return c.decodeList(obj)
 	}
-	return nil, []FieldError{{Code: "type", Message: "cannot be decoded"}}
+	fail("", "type", "cannot be decoded")
+	return nil, errs
 }
 
-func (c *codec) decodeList(obj map[string]any) (any, []FieldError) {
+func (c *codec) decodeList(obj map[string]any) (any, problems) {
 	e := c.entity
-	var errs []FieldError
-	fail := func(path, code, msg string) { errs = append(errs, FieldError{Path: path, Code: code, Message: msg}) }
+	var errs problems
+	fail := errs.fail
 	in := ListInput{Limit: DefaultListLimit}
 	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		v := obj[k]

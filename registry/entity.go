@@ -41,20 +41,18 @@ func (r *Registry) ValidateEntityInput(entity string, verb feature.CrudVerb, fie
 		return nil, fmt.Errorf("validate entity input: verb %q; want create or update", verb)
 	}
 	out, errs := e.validateFields(verb, fields, "")
-	if len(errs) > 0 {
-		return nil, invalid(errs...)
+	if !errs.empty() {
+		return nil, errs.err()
 	}
 	return out, nil
 }
 
 // validateFields is ValidateEntityInput with the paths of problems prefixed
 // by prefix.
-func (e *Entity) validateFields(verb feature.CrudVerb, fields map[string]any, prefix string) (map[string]any, []FieldError) {
+func (e *Entity) validateFields(verb feature.CrudVerb, fields map[string]any, prefix string) (map[string]any, problems) {
 	out := make(map[string]any, len(e.names))
-	var errs []FieldError
-	fail := func(name, code, msg string) {
-		errs = append(errs, FieldError{Path: joinKey(prefix, name), Code: code, Message: msg})
-	}
+	var errs problems
+	fail := func(name, code, msg string) { errs.fail(joinKey(prefix, name), code, msg) }
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
 		spec, ok := e.def.Fields[name]
 		if !ok {
@@ -102,7 +100,7 @@ func (e *Entity) validateFields(verb feature.CrudVerb, fields map[string]any, pr
 			}
 		}
 	}
-	slices.SortStableFunc(errs, func(a, b FieldError) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortStableFunc(errs.fields, func(a, b FieldError) int { return strings.Compare(a.Path, b.Path) })
 	return out, errs
 }
 

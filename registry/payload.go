@@ -388,7 +388,7 @@ func (r *Registry) decodeStruct(t reflect.Type, raw []byte) (any, error) {
 	if verr != nil {
 		return nil, verr
 	}
-	var shape []FieldError
+	var shape problems
 	r.check(t, obj, "", &shape)
 	base := deref(t)
 	ptr := reflect.New(base)
@@ -399,23 +399,25 @@ func (r *Registry) decodeStruct(t reflect.Type, raw []byte) (any, error) {
 		return nil, fmt.Errorf("decode %s: %w", t, err)
 	}
 	if err := json.Unmarshal(norm, ptr.Interface()); err != nil {
-		return nil, invalid(append(shape, FieldError{Code: "type", Message: "does not fit the payload type"})...)
+		shape.fail("", "type", "does not fit the payload type")
+		return nil, shape.err()
 	}
-	var tags []FieldError
 	if err := r.validateStruct(ptr.Interface()); err != nil {
 		var ve *ValidationError
 		if !errors.As(err, &ve) {
 			return nil, err
 		}
-		tags = ve.Fields
-	}
-	for _, fe := range tags {
-		if !slices.ContainsFunc(shape, func(s FieldError) bool { return within(fe.Path, s.Path) }) {
-			shape = append(shape, fe)
+		// A tag failing under a value the shape check already refused
+		// repeats that problem.
+		for _, fe := range ve.Fields {
+			if !slices.ContainsFunc(shape.fields, func(s FieldError) bool { return within(fe.Path, s.Path) }) {
+				shape.add(fe)
+			}
 		}
+		shape.omitted += ve.Omitted
 	}
-	if len(shape) > 0 {
-		return nil, invalid(shape...)
+	if !shape.empty() {
+		return nil, shape.err()
 	}
 	if t.Kind() == reflect.Pointer {
 		return ptr.Interface(), nil
@@ -446,15 +448,15 @@ func (r *Registry) validateStruct(v any) (err error) {
 		return fmt.Errorf("validate %T: %w", v, verr)
 	}
 	root := reflect.TypeOf(v).Elem()
-	out := make([]FieldError, 0, len(ves))
-	for _, fe := range ves {
-		out = append(out, FieldError{
-			Path:    r.namespacePath(root, fe.StructNamespace()),
-			Code:    fe.Tag(),
-			Message: tagMessage(fe),
-		})
+	var out problems
+	for i, fe := range ves {
+		if i >= MaxFieldErrors {
+			out.omitted += len(ves) - i
+			break
+		}
+		out.fail(r.namespacePath(root, fe.StructNamespace()), fe.Tag(), tagMessage(fe))
 	}
-	return invalid(out...)
+	return out.err()
 }
 
 // check walks a generic JSON value against Go type t and reports unknown
@@ -462,7 +464,7 @@ func (r *Registry) validateStruct(v any) (err error) {
 // it goes, dropping unknown fields and values that do not fit, so the rest
 // can still be decoded and validated; it returns false when v itself does
 // not fit and must be dropped by the caller.
-func (r *Registry) check(t reflect.Type, v any, path string, errs *[]FieldError) bool {
+func (r *Registry) check(t reflect.Type, v any, path string, errs *problems) bool {
 	if v == nil {
 		return true // null decodes to the zero value; "required" tags catch it
 	}
@@ -471,7 +473,7 @@ func (r *Registry) check(t reflect.Type, v any, path string, errs *[]FieldError)
 		return r.checkOpaque(t, v, path, errs)
 	}
 	mismatch := func(msg string) bool {
-		*errs = append(*errs, FieldError{Path: path, Code: "type", Message: msg})
+		errs.fail(path, "type", msg)
 		return false
 	}
 	switch t.Kind() {
@@ -488,7 +490,7 @@ func (r *Registry) check(t reflect.Type, v any, path string, errs *[]FieldError)
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			i, ok := info.byJSON[k]
 			if !ok {
-				*errs = append(*errs, FieldError{Path: joinKey(path, k), Code: "unknown_field", Message: "is not a known field"})
+				errs.fail(joinKey(path, k), "unknown_field", "is not a known field")
 				delete(obj, k)
 				continue
 			}
@@ -515,7 +517,7 @@ func (r *Registry) check(t reflect.Type, v any, path string, errs *[]FieldError)
 			return mismatch("must be an array")
 		}
 		if t.Kind() == reflect.Array && len(arr) > t.Len() {
-			*errs = append(*errs, FieldError{Path: path, Code: "max", Message: fmt.Sprintf("must have at most %d items", t.Len())})
+			errs.fail(path, "max", fmt.Sprintf("must have at most %d items", t.Len()))
 			return false
 		}
 		for i, e := range arr {
@@ -583,7 +585,7 @@ func numberProblem(err error, want string) string {
 
 // checkQuoted checks a field with the ",string" option: a JSON string that
 // holds the encoded value.
-func (r *Registry) checkQuoted(t reflect.Type, v any, path string, errs *[]FieldError) bool {
+func (r *Registry) checkQuoted(t reflect.Type, v any, path string, errs *problems) bool {
 	if v == nil {
 		return true
 	}
@@ -595,14 +597,14 @@ func (r *Registry) checkQuoted(t reflect.Type, v any, path string, errs *[]Field
 		ok = dec.Decode(&inner) == nil && inner != nil
 	}
 	if !ok {
-		*errs = append(*errs, FieldError{Path: path, Code: "type", Message: "must be a string holding the value"})
+		errs.fail(path, "type", "must be a string holding the value")
 		return false
 	}
 	return r.check(t, inner, path, errs)
 }
 
 // checkOpaque decodes v into a fresh value of t to see whether it fits.
-func (r *Registry) checkOpaque(t reflect.Type, v any, path string, errs *[]FieldError) bool {
+func (r *Registry) checkOpaque(t reflect.Type, v any, path string, errs *problems) bool {
 	raw, err := json.Marshal(v)
 	if err == nil {
 		err = json.Unmarshal(raw, reflect.New(t).Interface())
@@ -617,7 +619,7 @@ func (r *Registry) checkOpaque(t reflect.Type, v any, path string, errs *[]Field
 	case uuidType:
 		msg = "must be a UUID"
 	}
-	*errs = append(*errs, FieldError{Path: path, Code: "type", Message: msg})
+	errs.fail(path, "type", msg)
 	return false
 }
 

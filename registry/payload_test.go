@@ -3,6 +3,9 @@ package registry_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -322,4 +325,49 @@ func buildNULProbe(t *testing.T) *registry.Registry {
 	}))
 	require.NoError(t, err)
 	return reg
+}
+
+// manyKeys is a JSON object of n members "<prefix><i>": value.
+func manyKeys(prefix string, n int, value string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:%s", prefix+strconv.Itoa(i), value)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// A payload of 70,000 bad members lists MaxFieldErrors problems and counts
+// the rest, whichever decoder finds them.
+func TestDecodeCapsTheProblemList(t *testing.T) {
+	t.Parallel()
+	const n = 70_000
+	orders, tasks := orderRegistry(t), buildApp(t)
+	cases := map[string]struct {
+		reg     *registry.Registry
+		name    string
+		payload string
+		total   int
+	}{
+		"struct, unknown fields": {orders, "order.placed", manyKeys("x", n, "1"), n + 7}, // + the 7 problems of {}
+		"struct, failing tags": {orders, "order.placed",
+			`{"actor":"a","orderId":"0190b3c6-8c6e-7cc0-9a6c-5b2b1c7d8e9f","customer":"a@b.cd","status":"new","ship":{"street":"s","zip":"12345"},"items":[{"name":"n","qty":1}],"tags":` +
+				manyKeys("t", n, `"toolong"`) + `}`, n},
+		"entity create":  {tasks, "task.create", manyKeys("x", n, "1"), n + 1}, // + the missing title
+		"entity update":  {tasks, "task.update", `{"id":"0190b3c6-8c6e-7cc0-9a6c-5b2b1c7d8e9f","version":1,"changes":` + manyKeys("x", n, "1") + `}`, n},
+		"list filter":    {tasks, "task.list", `{"filter":` + manyKeys("x", n, "1") + `}`, n},
+		"list top level": {tasks, "task.list", manyKeys("x", n, "1"), n},
+	}
+	for name, c := range cases {
+		_, err := c.reg.DecodePayload(c.name, json.RawMessage(c.payload))
+		var ve *registry.ValidationError
+		require.ErrorAs(t, err, &ve, name)
+		require.Len(t, ve.Fields, registry.MaxFieldErrors, name)
+		require.Equal(t, c.total, len(ve.Fields)+ve.Omitted, name)
+		require.Contains(t, ve.Error(), fmt.Sprintf("and %d more", ve.Omitted), name)
+	}
 }
