@@ -97,7 +97,10 @@ type problem struct {
 	Detail    string         `json:"detail"`
 	RequestID string         `json:"requestId"`
 	Fields    []fieldProblem `json:"fields,omitempty"`
-	Details   map[string]any `json:"details,omitempty"`
+	// FieldsTotal counts every problem found, with Fields: Fields lists at
+	// most registry.MaxFieldErrors of them.
+	FieldsTotal int            `json:"fieldsTotal,omitempty"`
+	Details     map[string]any `json:"details,omitempty"`
 }
 
 type fieldProblem struct {
@@ -183,6 +186,7 @@ func toProblem(err error) (p problem, header http.Header, cause error) {
 		}
 		p.Code, p.Reason, p.Detail, p.Fields, p.Details = pipeline.CodeInternal, pipeline.CodeInternal, genericInternalDetail, nil, details
 	}
+	p.Fields, p.FieldsTotal = capFields(p.Fields, err)
 	p.Type = problemTypeBase + p.Code
 	p.Title = titles[p.Code]
 	switch p.Status {
@@ -205,6 +209,21 @@ func fieldProblems(fs []registry.FieldError) []fieldProblem {
 		out[i] = fieldProblem{Path: f.Path, Code: f.Code, Message: f.Message}
 	}
 	return out
+}
+
+// capFields bounds a list of field problems to registry.MaxFieldErrors and
+// returns it with the total count: the listed ones, plus those a
+// registry.ValidationError in err's chain found but did not list.
+func capFields(fs []fieldProblem, err error) ([]fieldProblem, int) {
+	if len(fs) == 0 {
+		return nil, 0
+	}
+	total := len(fs)
+	var ve *registry.ValidationError
+	if errors.As(err, &ve) {
+		total += ve.Omitted
+	}
+	return fs[:min(len(fs), registry.MaxFieldErrors)], total
 }
 
 // echoProblem maps Echo's own errors (no route, wrong method, …).
