@@ -23,7 +23,9 @@ import (
 // duplicate waits up to IdempotencyWait and then answers 409
 // request_in_progress, and the key sent with another request answers 422
 // key_reused. 2xx and 4xx responses are recorded; a 5xx releases the key so
-// a retry runs again.
+// a retry runs again. A response body larger than IdempotencyMaxResponse is
+// not kept: a 2xx is recorded as applied without it (see responseOmitted), a
+// 4xx releases the key.
 //
 // Keys of anonymous callers are ignored: there is no principal to scope
 // them to, and a key space shared by every anonymous client would let one
@@ -98,41 +100,59 @@ func (s *Server) claim(ctx context.Context, k idempotency.Key, fp string) (*idem
 // error, if any, is written by the central handler into the recording.
 func (s *Server) runClaimed(c echo.Context, next echo.HandlerFunc, store idempotency.Store, k idempotency.Key, info *requestInfo) error {
 	res := c.Response()
-	rec := &recorder{ResponseWriter: res.Writer}
+	rec := &recorder{ResponseWriter: res.Writer, limit: s.cfg.IdempotencyMaxResponse}
 	res.Writer = rec
 	settled := false
 	defer func() {
 		res.Writer = rec.ResponseWriter
 		if !settled { // a panic: free the key for a retry
-			s.settle(c, store, k, info, 0, nil)
+			s.settle(c, store, k, info, 0, rec)
 		}
 	}()
 	if err := next(c); err != nil {
 		c.Error(err)
 	}
 	settled = true
-	s.settle(c, store, k, info, res.Status, rec.body.Bytes())
+	s.settle(c, store, k, info, res.Status, rec)
 	return nil
 }
 
-// settle completes k with a 2xx or 4xx response and releases it otherwise.
-func (s *Server) settle(c echo.Context, store idempotency.Store, k idempotency.Key, info *requestInfo, status int, body []byte) {
+// responseOmitted is the ContentType of a record whose 2xx body was larger
+// than IdempotencyMaxResponse: the request was applied, its body was not
+// kept. Replay answers it with 409 already_applied; it never reaches a
+// client as a content type.
+const responseOmitted = "application/x.kumiko.response-omitted"
+
+// settle completes k with a 2xx or 4xx response and releases it otherwise;
+// a 2xx too large to keep is completed as responseOmitted, a 4xx too large
+// is released.
+func (s *Server) settle(c echo.Context, store idempotency.Store, k idempotency.Key, info *requestInfo, status int, rec *recorder) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), storeTimeout)
 	defer cancel()
-	if status >= 200 && status < 500 {
-		resp := idempotency.Response{Status: status, ContentType: c.Response().Header().Get(echo.HeaderContentType), Body: body}
-		if err := store.Complete(ctx, k, info.requestHash, resp); err != nil {
-			info.log.Warn("idempotency: record the response", "err", err)
+	if status < 200 || status >= 500 || (rec.overflow && status >= 300) {
+		if err := store.Release(ctx, k, info.requestHash); err != nil {
+			info.log.Warn("idempotency: release the key", "err", err)
 		}
 		return
 	}
-	if err := store.Release(ctx, k, info.requestHash); err != nil {
-		info.log.Warn("idempotency: release the key", "err", err)
+	resp := idempotency.Response{Status: status, ContentType: c.Response().Header().Get(echo.HeaderContentType), Body: rec.body.Bytes()}
+	if rec.overflow {
+		resp = idempotency.Response{Status: http.StatusConflict, ContentType: responseOmitted}
+		info.log.Info("idempotency: the response is too large to keep for replay; a retry answers already_applied",
+			"limit", s.cfg.IdempotencyMaxResponse)
+	}
+	if err := store.Complete(ctx, k, info.requestHash, resp); err != nil {
+		info.log.Warn("idempotency: record the response", "err", err)
 	}
 }
 
 // replay answers with a recorded response.
 func replay(c echo.Context, resp *idempotency.Response) error {
+	if resp.ContentType == responseOmitted {
+		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
+		return newAPIError(codeIdempotencyConflict, reasonAlreadyApplied,
+			"this request was already applied; its response was too large to keep for replay")
+	}
 	ct, status := resp.ContentType, resp.Status
 	if ct == "" {
 		ct = contentTypeJSON
@@ -156,14 +176,24 @@ func fingerprint(method, path string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// recorder keeps a copy of what is written, for the idempotency store.
+// recorder keeps a copy of what is written, for the idempotency store, up to
+// limit bytes: past it, the copy is dropped and overflow set.
 type recorder struct {
 	http.ResponseWriter
-	body bytes.Buffer
+	body     bytes.Buffer
+	limit    int
+	overflow bool
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
-	r.body.Write(b)
+	switch {
+	case r.overflow:
+	case r.body.Len()+len(b) > r.limit:
+		r.overflow = true
+		r.body = bytes.Buffer{}
+	default:
+		r.body.Write(b)
+	}
 	return r.ResponseWriter.Write(b)
 }
 

@@ -1,12 +1,18 @@
 package http_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -50,4 +56,79 @@ func TestValidationErrorListIsCapped(t *testing.T) {
 	require.Len(t, p["fields"], 3)
 	require.Equal(t, float64(3), p["fieldsTotal"])
 	require.Zero(t, e.events())
+}
+
+// A keyed request whose response is larger than IdempotencyMaxResponse keeps
+// a small record in Redis: a 2xx is recorded as applied without its body
+// (a retry answers 409 already_applied and applies nothing), a 4xx is not
+// recorded (a retry runs again), and the key still belongs to its request.
+func TestIdempotencyRecordIsCapped(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 10
+	opts, err := redis.ParseURL(kumikotest.RedisURL())
+	require.NoError(t, err)
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	prefix := "kumiko:test:" + uuid.NewString() + ":"
+	t.Cleanup(func() {
+		keys, _ := client.Keys(context.Background(), prefix+"*").Result()
+		if len(keys) > 0 {
+			_ = client.Del(context.Background(), keys...).Err()
+		}
+	})
+	e := newEnv(t, func(c *khttp.Config) {
+		c.Idempotency = idempotency.NewRedisStore(client, idempotency.RedisConfig{Prefix: prefix})
+		c.IdempotencyMaxResponse = limit
+	})
+	alice := token(t, "alice", tenantA, "User")
+	records := func() map[string]int64 {
+		keys, err := client.Keys(ctx, prefix+"*").Result()
+		require.NoError(t, err)
+		out := map[string]int64{}
+		for _, k := range keys {
+			out[k], err = client.StrLen(ctx, k).Result()
+			require.NoError(t, err)
+		}
+		return out
+	}
+
+	var cmds []string
+	for i := range 10 {
+		cmds = append(cmds, fmt.Sprintf(`{"type":"task.create","payload":{"title":"%s %d"}}`, strings.Repeat("t", 150), i))
+	}
+	batch := `{"commands":[` + strings.Join(cmds, ",") + `]}`
+	first := e.post("/api/batch", alice, batch, "Idempotency-Key", "big-1")
+	require.Equal(t, 200, first.status, first.String())
+	require.Greater(t, len(first.body), 2*limit, "the response is larger than the limit")
+	rec := records()
+	require.Len(t, rec, 1)
+	for k, n := range rec {
+		require.Less(t, n, int64(limit), "the record of %s holds no body", k)
+	}
+
+	again := e.post("/api/batch", alice, batch, "Idempotency-Key", "big-1")
+	requireProblem(t, again, 409, "idempotency_conflict", "already_applied")
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, 10, e.events(), "the retry applied nothing")
+	reused := e.post("/api/batch", alice, `{"commands":[{"type":"task.create","payload":{"title":"other"}}]}`, "Idempotency-Key", "big-1")
+	requireProblem(t, reused, 422, "idempotency_conflict", "key_reused")
+
+	// A large 4xx is not kept: the retry runs again and answers the same.
+	bad := unknownFields(60)
+	for range 2 {
+		r := e.post("/api/write", alice, bad, "Idempotency-Key", "big-2")
+		requireProblem(t, r, 400, "validation_error", "")
+		require.Greater(t, len(r.body), limit)
+		require.Empty(t, r.header.Get("Idempotent-Replayed"))
+	}
+	require.Len(t, records(), 1, "no record of the 4xx")
+
+	// A response within the limit is replayed as before.
+	small := e.post("/api/write", alice, keyedCreate, "Idempotency-Key", "small-1")
+	require.Equal(t, 200, small.status, small.String())
+	replayed := e.post("/api/write", alice, keyedCreate, "Idempotency-Key", "small-1")
+	require.Equal(t, small.body, replayed.body)
+	require.Equal(t, "true", replayed.header.Get("Idempotent-Replayed"))
+	require.Equal(t, 11, e.events())
 }

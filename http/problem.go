@@ -26,6 +26,7 @@ const (
 	genericInternalDetail     = "internal error"
 	reasonKeyReused           = "key_reused"
 	reasonRequestInProgress   = "request_in_progress"
+	reasonAlreadyApplied      = "already_applied"
 	reasonInvalidEnvelope     = "invalid_envelope"
 	reasonIdempotencyKey      = "idempotency_key"
 	reasonIdempotencyDown     = "idempotency_unavailable"

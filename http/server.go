@@ -40,6 +40,9 @@ const (
 	DefaultBodyLimit       = 1 << 20 // 1 MiB
 	DefaultMaxDepth        = 20
 	DefaultIdempotencyWait = 2 * time.Second
+	// DefaultIdempotencyMaxResponse is the default of
+	// Config.IdempotencyMaxResponse: 64 KiB.
+	DefaultIdempotencyMaxResponse = 64 << 10
 	// MinSecretLen is the shortest JWTSecret accepted: RFC 7518 §3.2 wants a
 	// key at least as long as the HS256 hash output.
 	MinSecretLen = 32
@@ -115,6 +118,13 @@ type Config struct {
 	// replay (the pipeline's record still prevents a double apply) and logs
 	// a warning. Unkeyed requests never touch the store.
 	IdempotencyFailOpen bool
+	// IdempotencyMaxResponse is the largest response body, in bytes, a
+	// keyed request's record keeps for replay, so a record stays small
+	// for its whole TTL. A larger 2xx is recorded as applied without its
+	// body: a retry answers 409 idempotency_conflict (already_applied), the
+	// answer the pipeline's own record would give. A larger 4xx is not
+	// recorded (nothing was applied): a retry runs again. Default 64 KiB.
+	IdempotencyMaxResponse int
 	// Logger receives one line per request and every 5xx with its cause,
 	// each with the request id. Default slog.Default().
 	Logger *slog.Logger
@@ -149,6 +159,9 @@ func (c Config) WithDefaults() Config {
 	if c.IdempotencyWait == 0 {
 		c.IdempotencyWait = DefaultIdempotencyWait
 	}
+	if c.IdempotencyMaxResponse == 0 {
+		c.IdempotencyMaxResponse = DefaultIdempotencyMaxResponse
+	}
 	if c.SSEHeartbeat == 0 {
 		c.SSEHeartbeat = DefaultSSEHeartbeat
 	}
@@ -180,6 +193,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("http: Config.MaxDepth must not be negative, got %d", c.MaxDepth)
 	case c.IdempotencyWait < 0:
 		return fmt.Errorf("http: Config.IdempotencyWait must not be negative, got %s", c.IdempotencyWait)
+	case c.IdempotencyMaxResponse < 0:
+		return fmt.Errorf("http: Config.IdempotencyMaxResponse must not be negative, got %d", c.IdempotencyMaxResponse)
 	case c.SSEHeartbeat < 0:
 		return fmt.Errorf("http: Config.SSEHeartbeat must not be negative, got %s", c.SSEHeartbeat)
 	case c.Gatherer == nil:
