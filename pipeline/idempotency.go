@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -40,14 +41,47 @@ ON CONFLICT DO NOTHING`, table), [16]byte(c.User.TenantID), c.User.ID, c.Idempot
 	return newError(CodeIdempotencyConflict, "already_applied", "this request was already applied; its response is no longer available", nil)
 }
 
-// idempotencyDDL creates the table of recorded keys.
+// pruneKeysChunk is how many recorded keys one statement of
+// PruneIdempotencyKeys deletes at most.
+const pruneKeysChunk = 10_000
+
+// PruneIdempotencyKeys deletes the idempotency keys recorded before
+// olderThan and returns how many it deleted. A keyed request whose key was
+// pruned is no longer recognised, so a retry of it would apply again: keep
+// keys longer than any client retries, and never shorter than the HTTP
+// layer replays responses (24 h by default). The kumiko facade runs it on a
+// schedule.
+//
+// It deletes in chunks of 10,000 rows, each its own statement, found through
+// the index on created_at: a large backlog never holds many locks for long.
+func (d *Dispatcher) PruneIdempotencyKeys(ctx context.Context, olderThan time.Time) (int64, error) {
+	table := d.qualify("kumiko_idempotency_keys")
+	sql := fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM %[1]s WHERE created_at < $1 LIMIT %[2]d))`, table, pruneKeysChunk)
+	var total int64
+	for {
+		tag, err := d.pool.Exec(ctx, sql, olderThan)
+		if err != nil {
+			return total, fmt.Errorf("prune idempotency keys: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < pruneKeysChunk {
+			return total, nil
+		}
+	}
+}
+
+// idempotencyDDL creates the table of recorded keys and the index
+// PruneIdempotencyKeys reads.
 func (d *Dispatcher) idempotencyDDL() string {
-	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	table := d.qualify("kumiko_idempotency_keys")
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
 	tenant_id    uuid        NOT NULL,
 	user_id      text        NOT NULL,
 	key          text        NOT NULL,
 	request_hash text        NOT NULL DEFAULT '',
 	created_at   timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (tenant_id, user_id, key)
-)`, d.qualify("kumiko_idempotency_keys"))
+);
+CREATE INDEX IF NOT EXISTS kumiko_idempotency_keys_created_at ON %[1]s (created_at)`, table)
 }
