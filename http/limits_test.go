@@ -3,8 +3,11 @@ package http_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -13,6 +16,7 @@ import (
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/idempotency"
 	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -131,4 +135,34 @@ func TestIdempotencyRecordIsCapped(t *testing.T) {
 	require.Equal(t, small.body, replayed.body)
 	require.Equal(t, "true", replayed.header.Get("Idempotent-Replayed"))
 	require.Equal(t, 11, e.events())
+}
+
+// A list with asOf that outlasts its time budget answers a clean 503 with
+// Retry-After, not a 500 and not an unbounded wait.
+func TestAsOfListTimeoutIs503(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d, err := pipeline.New(e.app.Registry, e.app.Store, pipeline.Config{AsOfTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	s, err := khttp.NewServer(khttp.Config{JWTSecret: secret, Logger: slog.New(slog.NewJSONHandler(e.logs, nil))}, d, e.app.Store)
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	alice := token(t, "alice", tenantA, "User")
+	e.create(alice, "then")
+
+	tx, err := e.app.Pool.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = tx.Exec(context.Background(), `LOCK TABLE kumiko_events IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	asOf := fmt.Sprintf(`{"type":"task.list","payload":{"asOf":%q}}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	r := doOn(t, srv, request{path: "/api/query", token: alice, body: strings.NewReader(asOf)})
+	requireProblem(t, r, 503, "unavailable", "as_of_timeout")
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+
+	require.NoError(t, tx.Rollback(context.Background()))
+	r = doOn(t, srv, request{path: "/api/query", token: alice, body: strings.NewReader(asOf)})
+	require.Equal(t, 200, r.status, r.String())
 }

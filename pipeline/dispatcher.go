@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,7 +31,22 @@ type Config struct {
 	// (kumiko_events_appended_total, kumiko_aggregate_load_events); nil
 	// keeps them unregistered.
 	Metrics prometheus.Registerer
+	// AsOfConcurrency bounds how many lists with "asOf" run at once in this
+	// process: such a list folds the entity's whole history in the caller's
+	// tenant. One more is refused at once with unavailable (reason
+	// as_of_busy; HTTP 503 with Retry-After). Default 2; negative: no bound.
+	AsOfConcurrency int
+	// AsOfTimeout bounds one list with "asOf": past it its reads are
+	// cancelled in the database and it fails with unavailable (reason
+	// as_of_timeout). Default 5s; negative: no bound.
+	AsOfTimeout time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultAsOfConcurrency = 2
+	DefaultAsOfTimeout     = 5 * time.Second
+)
 
 // Dispatcher runs writes, batches, queries and commands. Build it once per
 // process; it is safe for concurrent use.
@@ -42,6 +58,9 @@ type Dispatcher struct {
 	log      *slog.Logger
 	metrics  *metrics
 	entities map[string]*entityTable
+	// asOfSlots holds a token per running as-of list; nil: no bound.
+	asOfSlots   chan struct{}
+	asOfTimeout time.Duration
 }
 
 // New returns a dispatcher for the registry's features on store. The store
@@ -60,7 +79,16 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Dispatch
 	}
 	d := &Dispatcher{
 		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
-		metrics: m, entities: map[string]*entityTable{},
+		metrics: m, entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
+	}
+	if cfg.AsOfConcurrency == 0 {
+		cfg.AsOfConcurrency = DefaultAsOfConcurrency
+	}
+	if cfg.AsOfConcurrency > 0 {
+		d.asOfSlots = make(chan struct{}, cfg.AsOfConcurrency)
+	}
+	if d.asOfTimeout == 0 {
+		d.asOfTimeout = DefaultAsOfTimeout
 	}
 	for _, e := range reg.Entities() {
 		d.entities[e.Name()] = newEntityTable(d.schema, e)

@@ -298,15 +298,40 @@ func (d *Dispatcher) listRows(ctx context.Context, c *Caller, t *entityTable, in
 	return t.scanRows(rows)
 }
 
+// errAsOfTimeout is the cause of an as-of list's context past AsOfTimeout.
+var errAsOfTimeout = errors.New("as-of list timed out")
+
 // listAsOf folds every stream of the entity in the caller's tenant up to
 // in.AsOf and pages the result like listRows. Text orders bytewise here,
 // where the read table orders by the database collation.
+//
+// Its cost grows with the tenant's history of the entity, so it is bounded:
+// at most AsOfConcurrency run at once (one more is refused at once) and each
+// runs for at most AsOfTimeout (its reads are then cancelled in the
+// database); both answer unavailable, never an unbounded wait.
 func (d *Dispatcher) listAsOf(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
+	if d.asOfSlots != nil {
+		select {
+		case d.asOfSlots <- struct{}{}:
+			defer func() { <-d.asOfSlots }()
+		default:
+			return nil, newError(CodeUnavailable, "as_of_busy", "too many lists with asOf are running; retry later", nil)
+		}
+	}
+	if d.asOfTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d.asOfTimeout, errAsOfTimeout)
+		defer cancel()
+	}
 	byStream := map[string][]eventstore.Event{}
 	var order []string
 	filter := eventstore.ReadFilter{TenantID: d.tenantOf(t, c), AggregateTypes: []string{t.e.Name()}}
 	for ev, err := range d.store.ReadAll(ctx, 0, filter) {
 		if err != nil {
+			if errors.Is(context.Cause(ctx), errAsOfTimeout) {
+				return nil, newError(CodeUnavailable, "as_of_timeout",
+					"the list with asOf took longer than allowed; narrow it or retry later", err)
+			}
 			return nil, err
 		}
 		if ev.CreatedAt.After(in.AsOf) {
