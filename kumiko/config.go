@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/idempotency"
 )
 
 // SharedInstanceID is the instance id of shared consumer state; no process
@@ -70,7 +72,51 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Logger for everything the server logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// Limits of the HTTP server. A negative timeout turns it off.
+
+	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included: a client
+	// that trickles or withholds its body is disconnected. Default 30s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of its response. Default 60s. GET /api/events is exempt from it and
+	// from ReadTimeout: a stream bounds each of its writes instead.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection that waits this long for
+	// its next request. Default 120s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps the size of a request's headers (net/http allows
+	// 4 KiB of slack); larger ones answer 431. Default 64 KiB.
+	MaxHeaderBytes int
+	// AsOfConcurrency and AsOfTimeout bound lists with "asOf"; see
+	// pipeline.Config. Defaults 2 and 5s.
+	AsOfConcurrency int
+	AsOfTimeout     time.Duration
+	// IdempotencyRetention is how long the keys of keyed writes stay
+	// recorded in PostgreSQL, refusing a second apply after the Redis
+	// record is gone: a retry of a request older than this applies again.
+	// At least 24h (the replay TTL); default 7 days; negative: never pruned.
+	IdempotencyRetention time.Duration
+	// IdempotencyPruneInterval is how often a server deletes the keys past
+	// IdempotencyRetention, first right after it starts. Default 1h.
+	IdempotencyPruneInterval time.Duration
 }
+
+// Defaults of Config's limits.
+const (
+	DefaultReadHeaderTimeout        = 10 * time.Second
+	DefaultReadTimeout              = 30 * time.Second
+	DefaultWriteTimeout             = 60 * time.Second
+	DefaultIdleTimeout              = 120 * time.Second
+	DefaultMaxHeaderBytes           = 64 << 10
+	DefaultIdempotencyRetention     = 7 * 24 * time.Hour
+	DefaultIdempotencyPruneInterval = time.Hour
+	// MinIdempotencyRetention is the replay TTL of the idempotency store:
+	// a key must stay recorded at least as long as its response is replayed.
+	MinIdempotencyRetention = idempotency.DefaultTTL
+)
 
 // WithDefaults returns a copy of c with every zero field that has a default
 // set to it.
@@ -92,6 +138,24 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	return c.withLimitDefaults()
+}
+
+func (c Config) withLimitDefaults() Config {
+	def := func(field *time.Duration, d time.Duration) {
+		if *field == 0 {
+			*field = d
+		}
+	}
+	def(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	def(&c.ReadTimeout, DefaultReadTimeout)
+	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.IdleTimeout, DefaultIdleTimeout)
+	def(&c.IdempotencyRetention, DefaultIdempotencyRetention)
+	def(&c.IdempotencyPruneInterval, DefaultIdempotencyPruneInterval)
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	return c
 }
@@ -134,6 +198,15 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("Config.ShutdownTimeout must not be negative"))
+	}
+	if c.MaxHeaderBytes < 0 {
+		errs = append(errs, errors.New("Config.MaxHeaderBytes must not be negative"))
+	}
+	if c.IdempotencyRetention > 0 && c.IdempotencyRetention < MinIdempotencyRetention {
+		errs = append(errs, fmt.Errorf("Config.IdempotencyRetention must be at least %s (the replay TTL) or negative (never prune)", MinIdempotencyRetention))
+	}
+	if c.IdempotencyPruneInterval < 0 {
+		errs = append(errs, errors.New("Config.IdempotencyPruneInterval must not be negative"))
 	}
 	return errors.Join(errs...)
 }

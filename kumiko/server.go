@@ -144,7 +144,7 @@ func api() fx.Option {
 			newIdempotency,
 			newHTTP,
 		),
-		fx.Invoke(serve),
+		fx.Invoke(serve, pruneIdempotencyKeys),
 	)
 }
 
@@ -200,7 +200,9 @@ func newStore(lc fx.Lifecycle, cfg Config, pool *pgxpool.Pool, reg *registry.Reg
 }
 
 func newDispatcher(lc fx.Lifecycle, cfg Config, reg *registry.Registry, store *eventstore.Store, metrics *prometheus.Registry) (*pipeline.Dispatcher, error) {
-	d, err := pipeline.New(reg, store, pipeline.Config{Logger: cfg.Logger, Metrics: metrics})
+	d, err := pipeline.New(reg, store, pipeline.Config{
+		Logger: cfg.Logger, Metrics: metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +269,14 @@ func newHTTP(cfg Config, d *pipeline.Dispatcher, store *eventstore.Store, pool *
 
 // serve starts listening after everything else started and stops first.
 func serve(lc fx.Lifecycle, cfg Config, srv *khttp.Server, addr *listenAddr) {
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+	}
 	hs.RegisterOnShutdown(srv.CloseStreams) // open event streams would hold Shutdown
 	lc.Append(listenHook(cfg, "http", cfg.Addr, hs, addr))
 }
@@ -297,4 +306,55 @@ func listenHook(cfg Config, what, address string, hs *http.Server, bound *listen
 			return hs.Shutdown(ctx)
 		},
 	}
+}
+
+// pruneIdempotencyKeys deletes the recorded idempotency keys past
+// IdempotencyRetention while the server runs: right after it starts, then
+// every IdempotencyPruneInterval. Every server of an app does; the deletes
+// are idempotent. A failure is logged and retried at the next tick.
+func pruneIdempotencyKeys(lc fx.Lifecycle, cfg Config, d *pipeline.Dispatcher) {
+	cfg = cfg.withLimitDefaults() // Module may get a Config without defaults
+	if cfg.IdempotencyRetention < 0 {
+		return
+	}
+	var (
+		cancel context.CancelFunc
+		done   = make(chan struct{})
+	)
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+			go func() {
+				defer close(done)
+				tick := time.NewTicker(cfg.IdempotencyPruneInterval)
+				defer tick.Stop()
+				for {
+					n, err := d.PruneIdempotencyKeys(ctx, time.Now().Add(-cfg.IdempotencyRetention))
+					switch {
+					case ctx.Err() != nil:
+						return
+					case err != nil:
+						cfg.Logger.Warn("kumiko: prune idempotency keys", "err", err)
+					case n > 0:
+						cfg.Logger.Info("kumiko: pruned idempotency keys", "deleted", n, "retention", cfg.IdempotencyRetention)
+					}
+					select {
+					case <-ctx.Done():
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			cancel()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
 }
