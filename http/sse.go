@@ -293,6 +293,11 @@ func (s *Server) events(c echo.Context) error {
 
 	res := c.Response()
 	rc := http.NewResponseController(res)
+	// A stream outlives the server's read and write timeouts: it clears
+	// them (each write below sets its own deadline), and a client that goes
+	// away is still noticed by the server's read of the connection.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve more requests
 	h := res.Header()
 	h.Set(echo.HeaderContentType, contentTypeEventStream)
