@@ -63,12 +63,16 @@ func holdEvents(t *testing.T, app *kumikotest.App) (waiting func(n int), release
 	t.Cleanup(release)
 	waiting = func(n int) {
 		t.Helper()
-		require.Eventually(t, func() bool {
-			return app.Count(t, `SELECT count(*) FROM pg_locks
-WHERE NOT granted AND relation = 'kumiko_events'::regclass`) >= n
-		}, 20*time.Second, 5*time.Millisecond, "%d sessions wait for kumiko_events", n)
+		require.Eventually(t, func() bool { return eventsWaiters(t, app) >= n },
+			20*time.Second, 5*time.Millisecond, "%d sessions wait for kumiko_events", n)
 	}
 	return waiting, release
+}
+
+// eventsWaiters counts the sessions waiting for a lock on kumiko_events.
+func eventsWaiters(t *testing.T, app *kumikotest.App) int {
+	t.Helper()
+	return app.Count(t, `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'kumiko_events'::regclass`)
 }
 
 // Lists with asOf are bounded: past AsOfConcurrency one more is refused at
@@ -125,9 +129,8 @@ func TestAsOfListTimeout(t *testing.T) {
 	c, pe := code(t, err2)
 	require.Equal(t, pipeline.CodeUnavailable, c, err2)
 	require.Equal(t, "as_of_timeout", pe.Reason)
-	require.Eventually(t, func() bool {
-		return app.Count(t, `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'kumiko_events'::regclass`) == 0
-	}, 20*time.Second, 5*time.Millisecond, "the read was cancelled in the database")
+	require.Eventually(t, func() bool { return eventsWaiters(t, app) == 0 },
+		20*time.Second, 5*time.Millisecond, "the read was cancelled in the database")
 
 	release()
 	_, err = d.Query(ctx, alice, asOf)
