@@ -16,6 +16,7 @@ type consumerMetrics struct {
 	latency   *prometheus.HistogramVec
 	position  *prometheus.GaugeVec
 	lag       *prometheus.GaugeVec
+	gap       *prometheus.GaugeVec
 }
 
 func newConsumerMetrics(reg prometheus.Registerer, instance string) (*consumerMetrics, error) {
@@ -40,11 +41,15 @@ func newConsumerMetrics(reg prometheus.Registerer, instance string) (*consumerMe
 			Name: "kumiko_event_consumer_lag_events",
 			Help: "Event ids allocated beyond a consumer shard's cursor (rolled-back ids included), as of its last pass.",
 		}, labels),
+		gap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kumiko_event_consumer_gap_wait_seconds",
+			Help: "How long a consumer shard has been holding committed events back behind an id that a transaction still open may commit, as of its last pass; 0 when not waiting. GET /api/consumers and `consumer list` name the backend holding it.",
+		}, labels),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.position, m.lag} {
+	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.position, m.lag, m.gap} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -67,4 +72,8 @@ func (m *consumerMetrics) failed(consumer string, n int) {
 func (m *consumerMetrics) cursor(consumer, instance string, cursor, head int64) {
 	m.position.WithLabelValues(consumer, instance).Set(float64(cursor))
 	m.lag.WithLabelValues(consumer, instance).Set(float64(max(head-cursor, 0)))
+}
+
+func (m *consumerMetrics) gapWait(consumer, instance string, wait time.Duration) {
+	m.gap.WithLabelValues(consumer, instance).Set(wait.Seconds())
 }

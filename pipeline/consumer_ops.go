@@ -69,6 +69,18 @@ type ConsumerStatus struct {
 	Attempts int `json:"attempts"`
 	// LastError is the error of the last failed pass ("" when none).
 	LastError string `json:"lastError"`
+	// GapWaitSeconds is how long the shard has been holding committed
+	// events back behind an id that a transaction still open may commit
+	// (see docs/dispatcher.md); 0 when it is not waiting. Measured from
+	// the pass that first stopped at the gap, so it keeps growing while no
+	// pass runs.
+	GapWaitSeconds float64 `json:"gapWaitSeconds"`
+	// GapBackends are the process ids of the database backends whose open
+	// transactions the shard waits for (pg_stat_activity.pid; the ones to
+	// look at, and to terminate if they are stuck). Empty, never nil, when
+	// the shard is not waiting or those transactions have ended since its
+	// last pass.
+	GapBackends []int32 `json:"gapBackends"`
 	// UpdatedAt is when a pass or an operation last wrote the row.
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -105,13 +117,20 @@ func newConsumerOpsSQL(schema string) consumerOpsSQL {
 	)
 	// The lag of a shard: the events after its cursor up to the head (an
 	// index range scan on the primary key, as long as the lag itself), and
-	// the age of the first of them.
+	// the age of the first of them. The gap wait of an idle shard, and the
+	// backends of the gap's writers still running: every transaction holds
+	// the lock on its own virtual transaction id until it ends.
 	const row = `
 SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
 	(SELECT count(*) FROM {events} e WHERE e.id > c.last_processed_event_id AND e.id <= h.head),
 	COALESCE((SELECT GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - e.created_at), 0)::float8
 		FROM {events} e WHERE e.id > c.last_processed_event_id AND e.id <= h.head ORDER BY e.id LIMIT 1), 0),
-	c.status, c.attempts, c.last_error, c.updated_at
+	c.status, c.attempts, c.last_error,
+	CASE WHEN c.status = 'idle' THEN COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since), 0)::float8, 0) ELSE 0 END,
+	CASE WHEN c.status = 'idle' AND c.gap_since IS NOT NULL THEN ARRAY(SELECT l.pid FROM pg_locks l
+		WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY (c.gap_writers) AND l.granted AND l.pid IS NOT NULL ORDER BY l.pid)
+	ELSE '{}'::int[] END,
+	c.updated_at
 FROM {consumers} c CROSS JOIN (SELECT COALESCE(max(id), 0) AS head FROM {events}) h`
 	return consumerOpsSQL{
 		list: r.Replace(row + `
@@ -132,10 +151,13 @@ WHERE name = $1 AND instance_id = $2`),
 UPDATE {consumers} SET last_processed_event_id = $3, status = $4, attempts = 0, last_error = '',
 	gap_horizon = CASE WHEN gap_horizon <= $3 THEN 0 ELSE gap_horizon END,
 	gap_writers = CASE WHEN gap_horizon <= $3 THEN '{}'::text[] ELSE gap_writers END,
+	gap_since = CASE WHEN gap_horizon <= $3 THEN NULL ELSE gap_since END,
 	updated_at = now()
 WHERE name = $1 AND instance_id = $2`),
+		// A disabled shard waits for nobody: its gap wait starts afresh with
+		// the first pass after Enable.
 		setStatus: r.Replace(`
-UPDATE {consumers} SET status = $3, updated_at = now()
+UPDATE {consumers} SET status = $3, gap_since = NULL, updated_at = now()
 WHERE name = $1 AND instance_id = $2`),
 	}
 }
@@ -320,7 +342,10 @@ func (o *ConsumerOps) status(ctx context.Context, q opsQuerier, name, instance s
 func scanConsumerStatus(row pgx.Row) (ConsumerStatus, error) {
 	var s ConsumerStatus
 	err := row.Scan(&s.Name, &s.InstanceID, &s.Cursor, &s.Head, &s.LagEvents, &s.LagSeconds,
-		&s.Status, &s.Attempts, &s.LastError, &s.UpdatedAt)
+		&s.Status, &s.Attempts, &s.LastError, &s.GapWaitSeconds, &s.GapBackends, &s.UpdatedAt)
+	if s.GapBackends == nil {
+		s.GapBackends = []int32{}
+	}
 	return s, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -193,29 +194,30 @@ func (e *EventDispatcher) wakeAll() {
 // loop runs passes of one consumer until ctx ends.
 func (e *EventDispatcher) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 	instance := c.instanceFor(e.cfg.InstanceID)
-	backoff := time.Duration(0)
+	var ceiling time.Duration // of the backoff; 0 while passes succeed
 	for ctx.Err() == nil {
 		res, err := e.pass(ctx, c, instance)
 		wait := e.cfg.PollInterval
 		switch {
 		case err != nil && ctx.Err() == nil:
-			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-			e.cfg.Logger.Warn("event dispatcher: pass failed; retrying", "consumer", c.Name, "instance_id", instance, "in", backoff, "err", err)
-			wait = backoff
+			ceiling, wait = backoff(ceiling)
+			e.cfg.Logger.Warn("event dispatcher: pass failed; retrying", "consumer", c.Name, "instance_id", instance, "in", wait, "err", err)
 		case err == nil && res.More:
-			backoff = 0
+			ceiling = 0
 			continue
 		case err == nil && res.Failed != nil && !c.SkipApplyErrors:
-			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-			wait = backoff // the same event again, after a pause
+			ceiling, wait = backoff(ceiling) // the same event again, after a pause
 		default:
-			backoff = 0
+			ceiling = 0
 		}
-		if err == nil && res.Locked && res.Head > 0 {
-			e.metrics.cursor(c.Name, instance, res.Cursor, res.Head)
+		if err == nil && res.Locked {
+			if res.Head > 0 {
+				e.metrics.cursor(c.Name, instance, res.Cursor, res.Head)
+			}
+			e.metrics.gapWait(c.Name, instance, res.GapWait)
 		}
 		woken := wake
-		if backoff > 0 {
+		if ceiling > 0 {
 			woken = nil // backing off: new events must not hurry the retry
 		}
 		timer := time.NewTimer(wait)
@@ -228,23 +230,40 @@ func (e *EventDispatcher) loop(ctx context.Context, c Consumer, wake <-chan stru
 	}
 }
 
+// Bounds of the retry backoff.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// backoff returns the next ceiling of the retry backoff after a failure —
+// doubling from minBackoff up to maxBackoff — and the pause to take, drawn
+// at random from the upper half of that ceiling (equal jitter): processes
+// that failed together, as they do when the database went away, do not
+// come back in lockstep.
+func backoff(ceiling time.Duration) (next, wait time.Duration) {
+	next = min(max(2*ceiling, minBackoff), maxBackoff)
+	return next, next/2 + rand.N(next/2+1)
+}
+
 // listen wakes the loops on every notification of committed events, on a
 // connection of its own that it re-opens after failures.
 func (e *EventDispatcher) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	var ceiling time.Duration
 	for ctx.Err() == nil {
 		err := e.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		e.cfg.Logger.Warn("event dispatcher: listener lost its connection; reconnecting", "in", backoff, "err", err)
-		timer := time.NewTimer(backoff)
+		var wait time.Duration
+		ceiling, wait = backoff(ceiling)
+		e.cfg.Logger.Warn("event dispatcher: listener lost its connection; reconnecting", "in", wait, "err", err)
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-timer.C:
 		}
 		timer.Stop()
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,10 +23,16 @@ func newConsumerSQL(table string) consumerSQL {
 	return consumerSQL{
 		register: `INSERT INTO ` + table + ` (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)
 ON CONFLICT (name, instance_id) DO NOTHING`,
-		lock: `SELECT last_processed_event_id, status, attempts, gap_horizon, gap_writers, updated_at FROM ` + table + `
+		// The gap wait is measured on the database's clock, the one that
+		// set gap_since.
+		lock: `SELECT last_processed_event_id, status, attempts, last_error, gap_horizon, gap_writers,
+	EXTRACT(EPOCH FROM clock_timestamp() - gap_since)::float8, updated_at FROM ` + table + `
 WHERE name = $1 AND instance_id = $2 FOR UPDATE SKIP LOCKED`,
+		// $9: the shard waits at a gap; $10: a new gap, whose wait starts now.
 		save: `UPDATE ` + table + ` SET last_processed_event_id = $3, status = $4, attempts = $5, last_error = $6,
-	gap_horizon = $7, gap_writers = $8, updated_at = now()
+	gap_horizon = $7, gap_writers = $8,
+	gap_since = CASE WHEN NOT $9 THEN NULL WHEN $10 OR gap_since IS NULL THEN now() ELSE gap_since END,
+	updated_at = now()
 WHERE name = $1 AND instance_id = $2`,
 	}
 }
@@ -37,7 +45,18 @@ type shard struct {
 	lastError  string
 	gapHorizon int64
 	gapWriters []string
-	updatedAt  time.Time
+	// gapWait is how long the shard has waited at its gap, in seconds; nil
+	// when it is not waiting (gap_since is NULL).
+	gapWait   *float64
+	updatedAt time.Time
+}
+
+// unchanged reports whether a pass leaves the row as it found it, so that
+// an idle pass writes nothing.
+func (sh shard) unchanged(before shard, waiting, newGap bool) bool {
+	return sh.cursor == before.cursor && sh.status == before.status && sh.attempts == before.attempts &&
+		sh.lastError == before.lastError && sh.gapHorizon == before.gapHorizon && slices.Equal(sh.gapWriters, before.gapWriters) &&
+		!newGap && waiting == (before.gapWait != nil)
 }
 
 // PassResult says what one pass did.
@@ -55,6 +74,10 @@ type PassResult struct {
 	// Failed is the error of an event that failed; the cursor stays
 	// before it unless the consumer skips apply errors.
 	Failed error
+	// GapWait is how long the shard has been waiting at a gap — committed
+	// events held back behind an id that a transaction still in flight may
+	// commit — as of this pass; 0 when it is not waiting.
+	GapWait time.Duration
 
 	applied  []eventstore.Event // for the metrics, once committed
 	failures int
@@ -90,7 +113,8 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 	var res PassResult
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var sh shard
-		err := tx.QueryRow(ctx, e.sql.lock, c.Name, instance).Scan(&sh.cursor, &sh.status, &sh.attempts, &sh.gapHorizon, &sh.gapWriters, &sh.updatedAt)
+		err := tx.QueryRow(ctx, e.sql.lock, c.Name, instance).Scan(&sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
+			&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // another process has this turn (or the row is gone)
 		}
@@ -98,6 +122,7 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 			return fmt.Errorf("lock %s/%s: %w", c.Name, instance, err)
 		}
 		res.Locked, res.Cursor = true, sh.cursor
+		before := sh
 		if sh.status == StatusDead && c.RearmAfter > 0 && time.Since(sh.updatedAt) >= c.RearmAfter && sh.attempts < c.MaxAttempts+c.MaxRearms {
 			sh.status = StatusIdle // bounded automatic re-arm; attempts keep counting
 		}
@@ -155,7 +180,11 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 			next = max(next, min(settled, h.LastID))
 		}
 		res.More = len(evs) == c.BatchSize && (failed == nil || c.SkipApplyErrors)
-		if len(deliver) < len(evs) && (sh.gapHorizon <= next || overlapsNone(sh.gapWriters, h.Writers)) {
+		// Waiting: committed events are held back by a gap, not by a
+		// failing handler.
+		waiting := len(deliver) < len(evs) && (failed == nil || c.SkipApplyErrors)
+		newGap := len(deliver) < len(evs) && (sh.gapHorizon <= next || overlapsNone(sh.gapWriters, h.Writers))
+		if newGap {
 			// A new gap: remember what settles it.
 			sh.gapHorizon, sh.gapWriters = h.LastID, h.Writers
 		}
@@ -163,7 +192,14 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 			sh.gapHorizon, sh.gapWriters = 0, []string{}
 		}
 		sh.cursor, res.Cursor = next, next
-		if _, err := tx.Exec(ctx, e.sql.save, c.Name, instance, sh.cursor, sh.status, sh.attempts, sh.lastError, sh.gapHorizon, sh.gapWriters); err != nil {
+		if waiting && !newGap && sh.gapWait != nil {
+			res.GapWait = time.Duration(*sh.gapWait * float64(time.Second))
+		}
+		if sh.unchanged(before, waiting, newGap) {
+			return nil // an idle pass writes nothing
+		}
+		if _, err := tx.Exec(ctx, e.sql.save, c.Name, instance, sh.cursor, sh.status, sh.attempts, sh.lastError,
+			sh.gapHorizon, sh.gapWriters, waiting, newGap); err != nil {
 			return fmt.Errorf("save %s/%s: %w", c.Name, instance, err)
 		}
 		return nil
@@ -264,9 +300,17 @@ func overlaps(a, b []string) bool {
 
 func overlapsNone(a, b []string) bool { return len(a) == 0 || !overlaps(a, b) }
 
+// truncate makes s storable as text and at most n bytes long: invalid
+// UTF-8 becomes U+FFFD, NUL (which PostgreSQL cannot store) is dropped, and
+// the cut never splits a character. A stored error that the database
+// refused would fail the very write that records the failure.
 func truncate(s string, n int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }
