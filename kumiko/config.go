@@ -26,6 +26,12 @@ import (
 // may use it as its own.
 const SharedInstanceID = "__shared__"
 
+// DefaultIdleInTransactionTimeout is Config.IdleInTransactionTimeout when
+// none is set: far above any transaction a request or a consumer pass keeps
+// open between statements, short enough that a stuck one is gone within a
+// minute.
+const DefaultIdleInTransactionTimeout = 60 * time.Second
+
 // Config configures a server. The zero value is not enough on its own:
 // DatabaseURL and JWTSecret must be set (Main fills them from the
 // environment, with development defaults).
@@ -70,6 +76,15 @@ type Config struct {
 	InstanceID string
 	// ShutdownTimeout bounds a graceful stop. Default 15s.
 	ShutdownTimeout time.Duration
+	// IdleInTransactionTimeout is how long a transaction of the server's
+	// pool may sit idle — opened, then waiting on the application — before
+	// PostgreSQL ends its session (idle_in_transaction_session_timeout, set
+	// on every connection at no cost per request). It bounds what a stuck
+	// or leaked write transaction can hold: its row locks, and the event
+	// ids it allocated, at which every consumer waits until it ends.
+	// Default 60s (DefaultIdleInTransactionTimeout); negative leaves the
+	// setting alone — the server's, or one given in DatabaseURL.
+	IdleInTransactionTimeout time.Duration
 	// Logger for everything the server logs. Default slog.Default().
 	Logger *slog.Logger
 
@@ -135,6 +150,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.IdleInTransactionTimeout == 0 {
+		c.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

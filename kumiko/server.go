@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -167,6 +168,11 @@ func newPool(lc fx.Lifecycle, ctx buildContext, cfg Config) (*pgxpool.Pool, erro
 		return nil, fmt.Errorf("Config.DatabaseURL: %w", err)
 	}
 	pc.MaxConns = cfg.MaxConns
+	if cfg.IdleInTransactionTimeout > 0 {
+		// A startup parameter: no round trip on any request.
+		ms := max(cfg.IdleInTransactionTimeout.Milliseconds(), 1) // 0 would switch it off
+		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(ms, 10)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc) // lazy: connects on first use
 	if err != nil {
 		return nil, err
