@@ -306,15 +306,19 @@ func (o *ops) consumerCmd() *cobra.Command {
 
 func printConsumers(out io.Writer, list ...pipeline.ConsumerStatus) error {
 	w := newTable(out)
-	fmt.Fprintln(w, "NAME\tINSTANCE\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tATTEMPTS\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(w, "NAME\tINSTANCE\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tGAP WAIT(s)\tGAP BACKENDS\tATTEMPTS\tUPDATED\tLAST ERROR")
 	for _, s := range list {
 		lastErr := s.LastError
 		if lastErr == "" {
 			lastErr = "-"
 		}
 		lastErr = strings.ReplaceAll(lastErr, "\n", " ")
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", s.Name, s.InstanceID, s.Status, s.Cursor, s.Head,
-			s.LagEvents, s.LagSeconds, s.Attempts, s.UpdatedAt.UTC().Format(time.RFC3339), lastErr)
+		backends := "-"
+		if len(s.GapBackends) > 0 {
+			backends = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(s.GapBackends)), ","), "[]")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%d\t%s\t%s\n", s.Name, s.InstanceID, s.Status, s.Cursor, s.Head,
+			s.LagEvents, s.LagSeconds, s.GapWaitSeconds, backends, s.Attempts, s.UpdatedAt.UTC().Format(time.RFC3339), lastErr)
 	}
 	return w.Flush()
 }
