@@ -10,8 +10,9 @@ import (
 
 // GET /api/consumers: every consumer shard of the async event dispatcher —
 // name, instanceId, cursor, head, lagEvents, lagSeconds, status, attempts,
-// lastError, updatedAt — as {"data": […]}, for the OperatorRole. Consumer
-// state belongs to the app, not to a tenant: a tenant's admin does not see it.
+// lastError, gapWaitSeconds, gapBackends, updatedAt — as {"data": […]},
+// for the OperatorRole. Consumer state belongs to the app, not to a tenant:
+// a tenant's admin does not see it.
 func (s *Server) consumers(c echo.Context) error {
 	if err := s.requireOperator(c, "the consumers"); err != nil {
 		return err
