@@ -70,7 +70,7 @@ func NewEventDispatcher(store *eventstore.Store, cfg EventDispatcherConfig, cons
 		return nil, fmt.Errorf("event dispatcher: metrics: %w", err)
 	}
 	e := &EventDispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m,
-		sql: newConsumerSQL(pgx.Identifier{store.Schema(), "kumiko_event_consumers"}.Sanitize())}
+		sql: newConsumerSQL(store.Schema())}
 	seen := map[string]bool{}
 	for _, c := range consumers {
 		c = c.withDefaults()

@@ -103,8 +103,9 @@ func rowVersion(t *testing.T, db *kumikotest.DB, name string) string {
 	return v
 }
 
-// An idle pass writes nothing: neither when the shard has caught up nor
-// while it waits at a gap it already recorded.
+// An idle pass writes nothing: neither when the shard has caught up (it
+// does not even lock the row) nor while it waits at a gap it already
+// recorded.
 func TestIdlePassWritesNothing(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
@@ -117,12 +118,15 @@ func TestIdlePassWritesNothing(t *testing.T) {
 	}
 	runAll(t, e, "quiet")
 	caughtUp := rowVersion(t, db, "quiet")
+	lockedBy := db.Count(t, "SELECT xmax::text::bigint FROM kumiko_event_consumers WHERE name = 'quiet'")
 	for range 5 {
 		res, err := e.RunPass(ctx, "quiet")
 		require.NoError(t, err)
 		require.True(t, res.Locked)
 	}
 	require.Equal(t, caughtUp, rowVersion(t, db, "quiet"), "five idle passes left the row alone")
+	require.Equal(t, lockedBy, db.Count(t, "SELECT xmax::text::bigint FROM kumiko_event_consumers WHERE name = 'quiet'"),
+		"without even locking it: an idle pass takes no transaction id")
 
 	writer, _ := holdWriter(t, db)
 	appendOne(t, db.Store)

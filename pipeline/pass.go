@@ -19,15 +19,33 @@ type consumerSQL struct {
 	register, lock, save string
 }
 
-func newConsumerSQL(table string) consumerSQL {
+func newConsumerSQL(schema string) consumerSQL {
+	table := pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize()
+	const cols = `c.last_processed_event_id, c.status, c.attempts, c.last_error, c.gap_horizon, c.gap_writers,
+	EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since)::float8, c.updated_at`
 	return consumerSQL{
 		register: `INSERT INTO ` + table + ` (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)
 ON CONFLICT (name, instance_id) DO NOTHING`,
-		// The gap wait is measured on the database's clock, the one that
-		// set gap_since.
-		lock: `SELECT last_processed_event_id, status, attempts, last_error, gap_horizon, gap_writers,
-	EXTRACT(EPOCH FROM clock_timestamp() - gap_since)::float8, updated_at FROM ` + table + `
-WHERE name = $1 AND instance_id = $2 FOR UPDATE SKIP LOCKED`,
+		// The row is locked only when a pass may have something to do: a
+		// disabled shard, or an idle one with no gap recorded and no
+		// committed event after its cursor, is left unlocked, so that an
+		// idle pass takes no transaction id and writes no WAL. Otherwise
+		// the first branch answers the locked row; when another process
+		// holds it (SKIP LOCKED) or it needs no lock, the second answers it
+		// unlocked, as the statement's snapshot sees it. head is the newest
+		// committed event id; an event committing later wakes the loop
+		// again. The gap wait is measured on the database's clock, the one
+		// that set gap_since.
+		lock: `WITH h AS (SELECT COALESCE(max(id), 0) AS head FROM ` + pgx.Identifier{schema, "kumiko_events"}.Sanitize() + `),
+l AS (
+	SELECT ` + cols + ` FROM ` + table + ` c, h
+	WHERE c.name = $1 AND c.instance_id = $2
+		AND c.status <> 'disabled' AND NOT (c.status = 'idle' AND c.gap_horizon = 0 AND c.last_processed_event_id >= h.head)
+	FOR UPDATE OF c SKIP LOCKED)
+SELECT true, h.head, l.* FROM l, h
+UNION ALL
+SELECT false, h.head, ` + cols + ` FROM ` + table + ` c, h
+WHERE c.name = $1 AND c.instance_id = $2 AND NOT EXISTS (SELECT 1 FROM l)`,
 		// $9: the shard waits at a gap; $10: a new gap, whose wait starts now.
 		save: `UPDATE ` + table + ` SET last_processed_event_id = $3, status = $4, attempts = $5, last_error = $6,
 	gap_horizon = $7, gap_writers = $8,
@@ -61,7 +79,9 @@ func (sh shard) unchanged(before shard, waiting, newGap bool) bool {
 
 // PassResult says what one pass did.
 type PassResult struct {
-	// Locked is false when another process held the shard: nothing was done.
+	// Locked is false when another process held the shard: nothing was
+	// done. A shard with nothing to do (caught up, or disabled) counts as
+	// locked, though the pass takes no lock on it.
 	Locked bool
 	// Handled counts the events passed to the handler and applied.
 	Handled int
@@ -112,14 +132,29 @@ var errHandlerFailed = errors.New("handler failed")
 func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool) (PassResult, error) {
 	var res PassResult
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var sh shard
-		err := tx.QueryRow(ctx, e.sql.lock, c.Name, instance).Scan(&sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
+		var (
+			sh     shard
+			locked bool
+			head   int64
+		)
+		err := tx.QueryRow(ctx, e.sql.lock, c.Name, instance).Scan(&locked, &head, &sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
 			&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // another process has this turn (or the row is gone)
+			return nil // the row is gone
 		}
 		if err != nil {
 			return fmt.Errorf("lock %s/%s: %w", c.Name, instance, err)
+		}
+		switch {
+		case locked:
+		case sh.status == StatusDisabled:
+			res.Locked, res.Cursor = true, sh.cursor // nothing to do
+			return nil
+		case sh.status == StatusIdle && sh.gapHorizon == 0 && sh.cursor >= head:
+			res.Locked, res.Cursor, res.Head = true, sh.cursor, head // nothing to do: caught up
+			return nil
+		default:
+			return nil // another process has this turn
 		}
 		res.Locked, res.Cursor = true, sh.cursor
 		before := sh
