@@ -132,31 +132,10 @@ var errHandlerFailed = errors.New("handler failed")
 func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool) (PassResult, error) {
 	var res PassResult
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var (
-			sh     shard
-			locked bool
-			head   int64
-		)
-		err := tx.QueryRow(ctx, e.sql.lock, c.Name, instance).Scan(&locked, &head, &sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
-			&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // the row is gone
+		sh, ok, err := e.lockShard(ctx, tx, c, instance, &res)
+		if !ok {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("lock %s/%s: %w", c.Name, instance, err)
-		}
-		switch {
-		case locked:
-		case sh.status == StatusDisabled:
-			res.Locked, res.Cursor = true, sh.cursor // nothing to do
-			return nil
-		case sh.status == StatusIdle && sh.gapHorizon == 0 && sh.cursor >= head:
-			res.Locked, res.Cursor, res.Head = true, sh.cursor, head // nothing to do: caught up
-			return nil
-		default:
-			return nil // another process has this turn
-		}
-		res.Locked, res.Cursor = true, sh.cursor
 		before := sh
 		if sh.status == StatusDead && c.RearmAfter > 0 && time.Since(sh.updatedAt) >= c.RearmAfter && sh.attempts < c.MaxAttempts+c.MaxRearms {
 			sh.status = StatusIdle // bounded automatic re-arm; attempts keep counting
@@ -244,6 +223,33 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 		e.metrics.failed(c.Name, res.failures)
 	}
 	return res, err
+}
+
+// lockShard reads the shard's row for a pass, locked unless the pass has
+// nothing to do (see consumerSQL.lock), and records in res what it found.
+// ok is false when the pass ends here: the shard has caught up, another
+// process has this turn, or the row is gone.
+func (e *EventDispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, instance string, res *PassResult) (sh shard, ok bool, err error) {
+	var (
+		locked bool
+		head   int64
+	)
+	err = tx.QueryRow(ctx, e.sql.lock, c.Name, instance).Scan(&locked, &head, &sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
+		&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return sh, false, nil
+	case err != nil:
+		return sh, false, fmt.Errorf("lock %s/%s: %w", c.Name, instance, err)
+	case !locked && sh.status == StatusIdle && sh.gapHorizon == 0 && sh.cursor >= head:
+		res.Locked, res.Cursor, res.Head = true, sh.cursor, head
+		return sh, false, nil
+	case !locked && sh.status != StatusDisabled:
+		return sh, false, nil
+	}
+	// Locked, or disabled: the pass ends at the status check.
+	res.Locked, res.Cursor = true, sh.cursor
+	return sh, true, nil
 }
 
 // apply hands the events to the consumer in order and returns the events it
