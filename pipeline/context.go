@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -47,6 +48,9 @@ func (cc *commandContext) tenantFor(aggregateType string) uuid.UUID {
 }
 
 func (cc *commandContext) LoadAggregate(id uuid.UUID, aggregateType string, opts feature.LoadOptions) (feature.Aggregate, error) {
+	if opts.Version > math.MaxInt32 {
+		opts.Version = 0 // past the integer version column: no stream is that long
+	}
 	evs, err := cc.d.store.LoadTx(cc.ctx, cc.tx, cc.tenantFor(aggregateType), id,
 		eventstore.LoadOptions{AsOf: opts.AsOf, UpToVersion: opts.Version})
 	if err != nil {
@@ -163,14 +167,15 @@ func (cc *commandContext) IsStreamArchived(id uuid.UUID) (bool, error) {
 }
 
 func (cc *commandContext) QueryProjection(name string) feature.ProjectionQuery {
-	q := &projectionQuery{ctx: cc.ctx, db: cc.tx, tenant: cc.c.User.TenantID}
+	q := &projectionQuery{ctx: cc.ctx, db: cc.tx, name: name, tenant: cc.c.User.TenantID}
 	if t, ok := cc.d.entities[name]; ok {
-		q.table, q.tenant = t.table, cc.tenantFor(name)
+		q.def, q.table, q.tenant = t.e.Table(), t.table, cc.tenantFor(name)
 	} else if p, ok := cc.d.reg.Projection(name); ok {
-		q.table = cc.d.qualify(p.Table().Name)
+		q.def = p.Table()
+		q.table = cc.d.qualify(q.def.Name)
 	} else if m, ok := cc.d.reg.MSP(name); ok {
 		if td, ok := m.Table(); ok && hasColumn(td, "tenant_id") {
-			q.table = cc.d.qualify(td.Name)
+			q.def, q.table = td, cc.d.qualify(td.Name)
 		} else {
 			q.err = fmt.Errorf("projection %s has no table with a tenant_id column to filter by", name)
 		}
@@ -284,34 +289,189 @@ func (p *projectionContext) Table() string            { return p.table }
 type projectionQuery struct {
 	ctx    context.Context
 	db     feature.DB
-	table  string
+	name   string           // the projection, for errors
+	def    feature.TableDef // its declared columns
+	table  string           // schema-qualified
 	tenant uuid.UUID
 	err    error
 }
 
-// sql builds the statement: the author's condition uses $1…$n for Args; the
-// tenant filter takes the next placeholder, so it cannot be bypassed.
-func (q *projectionQuery) sql(selectList string, f feature.ProjectionFilter) (string, []any) {
+// sql builds the statement. The tenant filter is applied to the table in an
+// inner query, so the author's Where only ever sees the tenant's rows,
+// whatever it says; it uses $1…$n for Args, and the tenant takes the next
+// placeholder. Where must still be one condition (see checkWhere), OrderBy
+// a list of the table's declared columns.
+func (q *projectionQuery) sql(selectList string, f feature.ProjectionFilter) (string, []any, error) {
+	if err := checkWhere(f.Where); err != nil {
+		return "", nil, fmt.Errorf("projection %s: Where: %w", q.name, err)
+	}
+	order, err := orderBy(q.def, f.OrderBy)
+	if err != nil {
+		return "", nil, fmt.Errorf("projection %s: OrderBy: %w", q.name, err)
+	}
 	args := append(slices.Clone(f.Args), [16]byte(q.tenant))
 	var b strings.Builder
-	fmt.Fprintf(&b, "SELECT %s FROM %s WHERE tenant_id = $%d", selectList, q.table, len(args))
+	fmt.Fprintf(&b, "SELECT %s FROM (SELECT * FROM %s WHERE tenant_id = $%d) AS %s",
+		selectList, q.table, len(args), pgx.Identifier{q.def.Name}.Sanitize())
 	if f.Where != "" {
-		fmt.Fprintf(&b, " AND (%s)", f.Where)
+		fmt.Fprintf(&b, " WHERE (%s)", f.Where)
 	}
-	if f.OrderBy != "" {
-		fmt.Fprintf(&b, " ORDER BY %s", f.OrderBy)
+	if order != "" {
+		fmt.Fprintf(&b, " ORDER BY %s", order)
 	}
 	if f.Limit > 0 {
 		fmt.Fprintf(&b, " LIMIT %d", f.Limit)
 	}
-	return b.String(), args
+	return b.String(), args, nil
+}
+
+// sqlFunctionWords are functions that run SQL text or read a table by name:
+// a Where may not call them, as they read past the tenant filter.
+var sqlFunctionWords = []string{"_to_xml", "dblink"}
+
+// checkWhere refuses a Where that is not one condition over a row: an
+// unclosed quote, a parenthesis closed before it was opened or left open,
+// a statement separator, a comment, a dollar-quoted string, a subquery
+// (SELECT or TABLE) or a function that runs SQL text. What stands inside
+// quotes is not looked at.
+func checkWhere(s string) error {
+	depth := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		next := byte(0)
+		if i+1 < len(s) {
+			next = s[i+1]
+		}
+		switch {
+		case c == '\'' || c == '"':
+			// E'…' strings escape with backslashes; all quotes double to escape.
+			backslash := c == '\'' && i > 0 && (s[i-1] == 'e' || s[i-1] == 'E') && (i < 2 || !isIdentByte(s[i-2]))
+			end := closingQuote(s, i, backslash)
+			if end < 0 {
+				return errors.New("a quote is not closed")
+			}
+			i = end + 1
+			continue
+		case c == '$':
+			j := i + 1
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			if j == i+1 {
+				return errors.New("$ may only start a placeholder ($1, $2, …); pass values through Args")
+			}
+			i = j
+			continue
+		case c == ';':
+			return errors.New("; would end the statement")
+		case c == '-' && next == '-', c == '/' && next == '*':
+			return errors.New("comments are not allowed")
+		case c == '(':
+			depth++
+		case c == ')':
+			if depth--; depth < 0 {
+				return errors.New("a parenthesis is closed that was not opened")
+			}
+		case isIdentByte(c) && (c < '0' || c > '9'):
+			j := i
+			for j < len(s) && isIdentByte(s[j]) {
+				j++
+			}
+			word := strings.ToLower(s[i:j])
+			if word == "select" || word == "table" {
+				return errors.New("subqueries are not allowed: they read past the tenant filter")
+			}
+			for _, f := range sqlFunctionWords {
+				if strings.Contains(word, f) {
+					return fmt.Errorf("%s is not allowed: it reads past the tenant filter", word)
+				}
+			}
+			i = j
+			continue
+		}
+		i++
+	}
+	if depth != 0 {
+		return errors.New("a parenthesis is not closed")
+	}
+	return nil
+}
+
+// closingQuote returns the index of the quote that closes the one at s[open],
+// or -1; a doubled quote is part of the text, and so is a backslashed
+// character when backslash is set.
+func closingQuote(s string, open int, backslash bool) int {
+	q := s[open]
+	for j := open + 1; j < len(s); j++ {
+		switch {
+		case backslash && s[j] == '\\':
+			j++
+		case s[j] == q && j+1 < len(s) && s[j+1] == q:
+			j++
+		case s[j] == q:
+			return j
+		}
+	}
+	return -1
+}
+
+// isIdentByte reports whether c can be part of an unquoted SQL identifier or
+// keyword (any non-ASCII byte can).
+func isIdentByte(c byte) bool {
+	return c == '_' || c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+}
+
+// orderBy turns an OrderBy into SQL: a comma-separated list of the table's
+// declared columns (bare, or double-quoted), each with an optional ASC or
+// DESC and NULLS FIRST or NULLS LAST. Anything else is refused.
+func orderBy(def feature.TableDef, s string) (string, error) {
+	if strings.TrimSpace(s) == "" {
+		return "", nil
+	}
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		words := strings.Fields(item)
+		if len(words) == 0 {
+			return "", errors.New("an empty item")
+		}
+		col := words[0]
+		if len(col) >= 2 && col[0] == '"' && col[len(col)-1] == '"' {
+			col = col[1 : len(col)-1]
+		} else {
+			col = strings.ToLower(col)
+		}
+		if _, ok := def.Column(col); !ok {
+			return "", fmt.Errorf("%q is not a column of %s", words[0], def.Name)
+		}
+		sql := pgx.Identifier{col}.Sanitize()
+		rest := strings.ToUpper(strings.Join(words[1:], " "))
+		for _, dir := range []string{"ASC", "DESC"} {
+			if r, ok := strings.CutPrefix(rest, dir); ok && (r == "" || r[0] == ' ') {
+				sql += " " + dir
+				rest = strings.TrimSpace(r)
+				break
+			}
+		}
+		switch rest {
+		case "":
+		case "NULLS FIRST", "NULLS LAST":
+			sql += " " + rest
+		default:
+			return "", fmt.Errorf("%q: a column may only be followed by ASC or DESC and NULLS FIRST or NULLS LAST", strings.TrimSpace(item))
+		}
+		out = append(out, sql)
+	}
+	return strings.Join(out, ", "), nil
 }
 
 func (q *projectionQuery) Rows(f feature.ProjectionFilter) ([]map[string]any, error) {
 	if q.err != nil {
 		return nil, q.err
 	}
-	sql, args := q.sql("*", f)
+	sql, args, err := q.sql("*", f)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := q.db.Query(q.ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query projection: %w", err)
@@ -343,7 +503,10 @@ func (q *projectionQuery) Count(f feature.ProjectionFilter) (int64, error) {
 		return 0, q.err
 	}
 	f.OrderBy, f.Limit = "", 0
-	sql, args := q.sql("count(*)", f)
+	sql, args, err := q.sql("count(*)", f)
+	if err != nil {
+		return 0, err
+	}
 	var n int64
 	if err := q.db.QueryRow(q.ctx, sql, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count projection: %w", err)
