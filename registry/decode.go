@@ -67,12 +67,13 @@ type ListInput struct {
 	// Filter are equality conditions by field name ("id" included), with
 	// normalised values; a nil value means IS NULL.
 	Filter map[string]any
-	// Sort keys, in order; each is a sortable field, id, createdAt or
-	// updatedAt.
+	// Sort keys, in order, at most MaxSortKeys, each field once; each is a
+	// sortable field, id, createdAt or updatedAt.
 	Sort []SortKey
 	// IncludeDeleted lists soft-deleted rows too (soft-delete entities only).
 	IncludeDeleted bool
-	// AsOf asks for the rows as they were at that time; zero = now.
+	// AsOf asks for the rows as they were at that time; zero = now. Like
+	// every timestamp it lies in years 1 to 9999 (see ParseTime).
 	AsOf time.Time
 }
 
@@ -202,10 +203,9 @@ func (c *codec) decodeCrud(obj map[string]any) (any, problems) {
 		if !given || v == nil {
 			return time.Time{}
 		}
-		s, _ := v.(string)
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			fail("asOf", "type", "must be an RFC 3339 timestamp")
+		t, code, msg := parseAsOf(v)
+		if code != "" {
+			fail("asOf", code, msg)
 		}
 		return t
 	}
@@ -301,10 +301,9 @@ func (c *codec) decodeList(obj map[string]any) (any, problems) {
 			}
 			in.IncludeDeleted = b
 		case "asOf":
-			s, _ := v.(string)
-			t, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				fail(k, "type", "must be an RFC 3339 timestamp")
+			t, code, msg := parseAsOf(v)
+			if code != "" {
+				fail(k, code, msg)
 			}
 			in.AsOf = t
 		case "filter":
@@ -342,6 +341,10 @@ func (c *codec) decodeList(obj map[string]any) (any, problems) {
 				fail(k, "type", "must be an array")
 				continue
 			}
+			if len(keys) > MaxSortKeys {
+				fail(k, "max", fmt.Sprintf("must have at most %d keys", MaxSortKeys))
+				continue
+			}
 			for i, kv := range keys {
 				path := joinIndex("sort", i)
 				m, ok := kv.(map[string]any)
@@ -374,6 +377,10 @@ func (c *codec) decodeList(obj map[string]any) (any, problems) {
 					continue
 				case !spec.Sortable:
 					fail(path+".field", "not_sortable", "is not a sortable field")
+					continue
+				}
+				if slices.ContainsFunc(in.Sort, func(s SortKey) bool { return s.Field == key.Field }) {
+					fail(path+".field", "duplicate", "is already a sort key")
 					continue
 				}
 				in.Sort = append(in.Sort, key)

@@ -139,11 +139,11 @@ func normalizeValue(spec feature.FieldSpec, v any) (out any, code, msg string) {
 		}
 		return s, "", ""
 	case feature.TypeTimestamp:
-		t, ok := toTime(v)
-		if !ok {
-			return nil, "type", "must be an RFC 3339 timestamp"
+		t, code, msg := parseTime(v)
+		if code != "" {
+			return nil, code, msg
 		}
-		return t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano), "", ""
+		return t.Format(time.RFC3339Nano), "", ""
 	case feature.TypeUUID, feature.TypeReference:
 		id, ok := toUUID(v)
 		if !ok {

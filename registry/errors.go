@@ -93,8 +93,10 @@ type FieldError struct {
 	// "items[2].name" or `tags["a b"]`; "" for the payload itself.
 	Path string
 	// Code is stable: "invalid_json", "type", "required", "unknown_field",
-	// "max", "min", "oneof", "not_sortable", or the name of the failing
-	// validate tag ("email", "gte", …).
+	// "max", "min", "oneof", "not_sortable", "duplicate", "range" (a value
+	// the database cannot store, such as a time outside years 1 to 9999),
+	// "invalid_character", or the name of the failing validate tag
+	// ("email", "gte", …).
 	Code string
 	// Message is a sentence for humans, safe to show to clients.
 	Message string

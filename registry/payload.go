@@ -603,11 +603,19 @@ func (r *Registry) checkQuoted(t reflect.Type, v any, path string, errs *problem
 	return r.check(t, inner, path, errs)
 }
 
-// checkOpaque decodes v into a fresh value of t to see whether it fits.
+// checkOpaque decodes v into a fresh value of t to see whether it fits. A
+// time must also be one the database can store (see ParseTime).
 func (r *Registry) checkOpaque(t reflect.Type, v any, path string, errs *problems) bool {
 	raw, err := json.Marshal(v)
+	dst := reflect.New(t)
 	if err == nil {
-		err = json.Unmarshal(raw, reflect.New(t).Interface())
+		err = json.Unmarshal(raw, dst.Interface())
+	}
+	if err == nil && t == timeType {
+		if _, code, msg := parseTime(dst.Elem().Interface()); code != "" {
+			errs.fail(path, code, msg)
+			return false
+		}
 	}
 	if err == nil {
 		return true
