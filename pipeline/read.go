@@ -115,7 +115,7 @@ func (d *Dispatcher) planList(c *Caller, t *entityTable, in registry.ListInput) 
 			err = json.Unmarshal(raw, &cur)
 		}
 		if err == nil {
-			err = p.checkCursor(cur)
+			err = p.checkCursor(&cur)
 		}
 		if err != nil {
 			return nil, newError(CodeValidation, "invalid_cursor", "the cursor does not belong to this list", err)
@@ -163,8 +163,9 @@ func (p *listPlan) cursorOf(row map[string]any) string {
 }
 
 // checkCursor refuses a cursor of another ordering or with values its keys'
-// columns cannot hold: they would reach SQL otherwise.
-func (p *listPlan) checkCursor(cur listCursor) error {
+// columns cannot hold (they would reach SQL otherwise), and normalises the
+// rest: uuids canonical, times in UTC.
+func (p *listPlan) checkCursor(cur *listCursor) error {
 	if cur.Order != p.order() || len(cur.Values) != len(p.keys) {
 		return errors.New("the cursor belongs to another ordering")
 	}
@@ -176,22 +177,23 @@ func (p *listPlan) checkCursor(cur listCursor) error {
 			}
 			continue
 		}
+		s, isStr := v.(string)
 		ok := false
 		switch k.typ {
 		case "uuid":
-			s, isStr := v.(string)
-			_, err := uuid.Parse(s)
+			id, err := uuid.Parse(s)
 			ok = isStr && err == nil
+			cur.Values[i] = id.String()
 		case "timestamptz":
-			s, isStr := v.(string)
-			_, err := time.Parse(time.RFC3339Nano, s)
+			t, err := registry.ParseTime(s)
 			ok = isStr && err == nil
+			cur.Values[i] = formatTime(t)
 		case "numeric":
 			_, ok = v.(float64)
 		case "boolean":
 			_, ok = v.(bool)
 		case "text":
-			_, ok = v.(string)
+			ok = isStr && !strings.ContainsRune(s, 0) // text cannot hold NUL
 		}
 		if !ok {
 			return fmt.Errorf("cursor value %d does not fit %s", i, k.field)
