@@ -164,7 +164,8 @@ type SnapshotSpec struct {
 }
 
 // ProjectionQuery reads a projection table. The tenant filter is added by the
-// implementation and cannot be turned off through this interface.
+// implementation and cannot be turned off through this interface, whatever
+// the ProjectionFilter says.
 type ProjectionQuery interface {
 	// Rows returns the matching rows, each as column name → value.
 	Rows(f ProjectionFilter) ([]map[string]any, error)
@@ -176,13 +177,22 @@ type ProjectionQuery interface {
 
 // ProjectionFilter narrows a projection read. The zero value reads all of the
 // tenant's rows in primary-key order.
+//
+// The tenant filter is applied to the table before Where sees a row, so no
+// Where can widen a read past the caller's tenant. Never build Where or
+// OrderBy from user input all the same: pass values through Args.
 type ProjectionFilter struct {
-	// Where is a boolean SQL expression over the table's columns with $1…
-	// placeholders for Args; "" matches every row. Never build it from user
-	// input: pass values through Args.
+	// Where is one boolean SQL condition over the table's columns with $1…
+	// placeholders for Args; "" matches every row. Refused (the read fails,
+	// naming the projection): unbalanced parentheses, ";", comments, dollar
+	// quotes, subqueries (SELECT, TABLE) and functions that run SQL text or
+	// read a table by name (query_to_xml, table_to_xml…, dblink…). A
+	// function of your own that reads other tables reads them unfiltered.
 	Where string
 	Args  []any
-	// OrderBy is an SQL ordering over columns, e.g. "month DESC"; "" = key.
+	// OrderBy is a comma list of the table's declared columns, each with an
+	// optional ASC or DESC and NULLS FIRST or NULLS LAST, e.g.
+	// "month DESC"; "" = primary key. Expressions are refused.
 	OrderBy string
 	// Limit caps the rows; 0 = no limit.
 	Limit int

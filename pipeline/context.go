@@ -301,13 +301,16 @@ type projectionQuery struct {
 // whatever it says; it uses $1…$n for Args, and the tenant takes the next
 // placeholder. Where must still be one condition (see checkWhere), OrderBy
 // a list of the table's declared columns.
-func (q *projectionQuery) sql(selectList string, f feature.ProjectionFilter) (string, []any, error) {
+func (q *projectionQuery) sql(selectList string, f feature.ProjectionFilter, ordered bool) (string, []any, error) {
 	if err := checkWhere(f.Where); err != nil {
 		return "", nil, fmt.Errorf("projection %s: Where: %w", q.name, err)
 	}
-	order, err := orderBy(q.def, f.OrderBy)
-	if err != nil {
-		return "", nil, fmt.Errorf("projection %s: OrderBy: %w", q.name, err)
+	order := ""
+	if ordered {
+		var err error
+		if order, err = orderBy(q.def, f.OrderBy); err != nil {
+			return "", nil, fmt.Errorf("projection %s: OrderBy: %w", q.name, err)
+		}
 	}
 	args := append(slices.Clone(f.Args), [16]byte(q.tenant))
 	var b strings.Builder
@@ -423,10 +426,15 @@ func isIdentByte(c byte) bool {
 
 // orderBy turns an OrderBy into SQL: a comma-separated list of the table's
 // declared columns (bare, or double-quoted), each with an optional ASC or
-// DESC and NULLS FIRST or NULLS LAST. Anything else is refused.
+// DESC and NULLS FIRST or NULLS LAST; "" is the primary key. Anything else
+// is refused.
 func orderBy(def feature.TableDef, s string) (string, error) {
 	if strings.TrimSpace(s) == "" {
-		return "", nil
+		key := make([]string, len(def.PrimaryKey))
+		for i, col := range def.PrimaryKey {
+			key[i] = pgx.Identifier{col}.Sanitize()
+		}
+		return strings.Join(key, ", "), nil
 	}
 	var out []string
 	for item := range strings.SplitSeq(s, ",") {
@@ -468,7 +476,7 @@ func (q *projectionQuery) Rows(f feature.ProjectionFilter) ([]map[string]any, er
 	if q.err != nil {
 		return nil, q.err
 	}
-	sql, args, err := q.sql("*", f)
+	sql, args, err := q.sql("*", f, true)
 	if err != nil {
 		return nil, err
 	}
@@ -502,8 +510,8 @@ func (q *projectionQuery) Count(f feature.ProjectionFilter) (int64, error) {
 	if q.err != nil {
 		return 0, q.err
 	}
-	f.OrderBy, f.Limit = "", 0
-	sql, args, err := q.sql("count(*)", f)
+	f.Limit = 0
+	sql, args, err := q.sql("count(*)", f, false)
 	if err != nil {
 		return 0, err
 	}
