@@ -92,4 +92,14 @@ func TestListSortLimits(t *testing.T) {
 	in, err := tasks.DecodePayload("task.list", json.RawMessage(keys("title", "createdAt", "updatedAt", "id")))
 	require.NoError(t, err)
 	require.Len(t, in.(registry.ListInput).Sort, 4)
+
+	var schema struct {
+		Properties struct {
+			Sort struct {
+				MaxItems int `json:"maxItems"`
+			} `json:"sort"`
+		} `json:"properties"`
+	}
+	require.NoError(t, json.Unmarshal(tasks.Schema("task.list"), &schema))
+	require.Equal(t, registry.MaxSortKeys, schema.Properties.Sort.MaxItems, "the schema states the limit")
 }

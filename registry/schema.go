@@ -363,7 +363,7 @@ func crudSchema(e *Entity, kind codecKind) (json.RawMessage, error) {
 			"limit":  map[string]any{"type": "integer", "minimum": 1, "maximum": MaxListLimit, "default": DefaultListLimit},
 			"cursor": map[string]any{"type": "string"},
 			"filter": objectSchema(filter, nil),
-			"sort": map[string]any{"type": "array", "items": objectSchema(map[string]any{
+			"sort": map[string]any{"type": "array", "maxItems": MaxSortKeys, "items": objectSchema(map[string]any{
 				"field": map[string]any{"type": "string", "enum": sortable},
 				"desc":  map[string]any{"type": "boolean"},
 			}, []string{"field"})},
