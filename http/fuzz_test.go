@@ -161,6 +161,7 @@ func FuzzAuthorization(f *testing.F) {
 		{"", fmt.Sprintf(`{"sub":"alice","tid":%q,"roles":"Admin","exp":1e400}`, tenantA)},
 		{"", fmt.Sprintf(`{"sub":["a"],"tid":%q,"exp":%d,"nbf":"soon"}`, tenantA, exp)},
 		{"", fmt.Sprintf(`{"sub":"alice","tid":%q,"roles":[null,1],"exp":%d,"iat":-62135596801}`, tenantA, exp)},
+		{"", fmt.Sprintf(`{"sub":"a\u0000b","tid":%q,"roles":["User\u0000"],"exp":%d}`, tenantA, exp)},
 	} {
 		f.Add(s.header, []byte(s.claims))
 	}
