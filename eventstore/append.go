@@ -29,7 +29,7 @@ type querier interface {
 func (s *Store) Append(ctx context.Context, stream Stream, expected int, events ...NewEvent) (AppendResult, error) {
 	res, err := s.AppendBatch(ctx, []StreamAppend{{Stream: stream, Expected: expected, Events: events}})
 	if err != nil {
-		return AppendResult{}, unwrapBatch(err)
+		return AppendResult{}, TranslateError(unwrapBatch(err))
 	}
 	return res[0], nil
 }
@@ -39,7 +39,7 @@ func (s *Store) Append(ctx context.Context, stream Stream, expected int, events 
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream Stream, expected int, events ...NewEvent) (AppendResult, error) {
 	res, err := s.AppendBatchTx(ctx, tx, []StreamAppend{{Stream: stream, Expected: expected, Events: events}})
 	if err != nil {
-		return AppendResult{}, unwrapBatch(err)
+		return AppendResult{}, TranslateError(unwrapBatch(err))
 	}
 	return res[0], nil
 }
@@ -50,7 +50,7 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream Stream, expected
 func (s *Store) AppendBatch(ctx context.Context, batch []StreamAppend) ([]AppendResult, error) {
 	res, err := s.appendBatch(ctx, s.pool, nil, batch)
 	if err != nil {
-		return nil, err
+		return nil, TranslateError(err)
 	}
 	s.notifier.committed(ctx, lastID(res))
 	return res, nil
@@ -60,10 +60,10 @@ func (s *Store) AppendBatch(ctx context.Context, batch []StreamAppend) ([]Append
 func (s *Store) AppendBatchTx(ctx context.Context, tx pgx.Tx, batch []StreamAppend) ([]AppendResult, error) {
 	res, err := s.appendBatch(ctx, tx, tx, batch)
 	if err != nil {
-		return nil, err
+		return nil, TranslateError(err)
 	}
 	if err := s.announce(ctx, tx, lastID(res)); err != nil {
-		return nil, err
+		return nil, TranslateError(err)
 	}
 	return res, nil
 }

@@ -13,12 +13,12 @@ import (
 // stream back with its version line intact. Archiving an archived stream is a
 // no-op; a missing or foreign stream answers ErrAggregateNotFound.
 func (s *Store) Archive(ctx context.Context, tenant, id uuid.UUID, by, reason string) error {
-	return s.archive(ctx, s.pool, tenant, id, by, reason)
+	return TranslateError(s.archive(ctx, s.pool, tenant, id, by, reason))
 }
 
 // ArchiveTx is Archive inside the caller's transaction.
 func (s *Store) ArchiveTx(ctx context.Context, tx pgx.Tx, tenant, id uuid.UUID, by, reason string) error {
-	return s.archive(ctx, tx, tenant, id, by, reason)
+	return TranslateError(s.archive(ctx, tx, tenant, id, by, reason))
 }
 
 func (s *Store) archive(ctx context.Context, q querier, tenant, id uuid.UUID, by, reason string) error {
@@ -36,12 +36,12 @@ func (s *Store) archive(ctx context.Context, q querier, tenant, id uuid.UUID, by
 // line. Restoring a stream that is not archived is a no-op; a missing or
 // foreign stream answers ErrAggregateNotFound.
 func (s *Store) Restore(ctx context.Context, tenant, id uuid.UUID) error {
-	return s.restore(ctx, s.pool, tenant, id)
+	return TranslateError(s.restore(ctx, s.pool, tenant, id))
 }
 
 // RestoreTx is Restore inside the caller's transaction.
 func (s *Store) RestoreTx(ctx context.Context, tx pgx.Tx, tenant, id uuid.UUID) error {
-	return s.restore(ctx, tx, tenant, id)
+	return TranslateError(s.restore(ctx, tx, tenant, id))
 }
 
 func (s *Store) restore(ctx context.Context, q querier, tenant, id uuid.UUID) error {
@@ -58,12 +58,12 @@ func (s *Store) restore(ctx context.Context, q querier, tenant, id uuid.UUID) er
 // IsArchived reports whether the tenant's stream is archived; false for
 // missing and foreign streams.
 func (s *Store) IsArchived(ctx context.Context, tenant, id uuid.UUID) (bool, error) {
-	return s.isArchived(ctx, s.pool, tenant, id)
+	return translated(s.isArchived(ctx, s.pool, tenant, id))
 }
 
 // IsArchivedTx is IsArchived inside the caller's transaction.
 func (s *Store) IsArchivedTx(ctx context.Context, tx pgx.Tx, tenant, id uuid.UUID) (bool, error) {
-	return s.isArchived(ctx, tx, tenant, id)
+	return translated(s.isArchived(ctx, tx, tenant, id))
 }
 
 func (s *Store) isArchived(ctx context.Context, q querier, tenant, id uuid.UUID) (bool, error) {

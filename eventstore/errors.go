@@ -1,10 +1,14 @@
 package eventstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Sentinel errors. Match them with errors.Is; the concrete errors carry details.
@@ -22,6 +26,11 @@ var (
 	// ErrInvalidEvent: an event to append is malformed (empty type, payload not
 	// a JSON object, …). Nothing was written.
 	ErrInvalidEvent = errors.New("invalid event")
+	// ErrUnavailable: the database could not be reached or the connection
+	// was lost (see TranslateError). Nothing of the failed work committed,
+	// with one exception: a connection lost during COMMIT leaves the outcome
+	// unknown, so a retry must be safe to repeat (an idempotency key).
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // Code returns the stable error code of err for the error contract, or "" when
@@ -38,6 +47,8 @@ func Code(err error) string {
 		return "event_schema_unknown_version"
 	case errors.Is(err, ErrInvalidEvent):
 		return "invalid_event"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
 	}
 	return ""
 }
@@ -99,3 +110,68 @@ func (e *BatchError) Unwrap() error { return e.Err }
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidEvent}, args...)...)
 }
+
+// TranslateError returns err marked with ErrUnavailable (errors.Is holds, the
+// cause stays reachable with errors.As) when it reports a database that is out
+// of reach rather than a failed statement:
+//   - any failure to open a connection: refused, reset, a FATAL at connect
+//     (too many connections, the server starting up or shutting down, and
+//     also a wrong password or a missing database — a running server that
+//     cannot connect cannot serve, whatever the reason; the cause is logged
+//     and /readyz fails, which is where a configuration error shows);
+//   - a session ended by the server: admin or crash shutdown (57P01, 57P02),
+//     cannot connect now (57P03), idle-session timeout (57P05), a connection
+//     exception (class 08), insufficient resources (53000-53300, among them
+//     53300 too_many_connections);
+//   - a connection lost mid-statement: EOF, unexpected EOF, a network error,
+//     a connection pgx has already closed.
+//
+// A cancelled or expired context of the caller is not an outage and is
+// returned unchanged, as is every other error and nil. The store applies
+// TranslateError to every error it returns; code that runs its own SQL on
+// Store.Pool applies it where those errors come out, so callers classify by
+// errors.Is(err, ErrUnavailable) alone.
+func TranslateError(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !isOutage(err) {
+		return err
+	}
+	return &unavailableError{cause: err}
+}
+
+func isOutage(err error) bool {
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.Code {
+		case "57P01", "57P02", "57P03", "57P05", "53000", "53100", "53200", "53300":
+			return true
+		}
+		return len(pg.Code) == 5 && pg.Code[:2] == "08"
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed)
+}
+
+// translated is TranslateError for functions that return a value too.
+func translated[T any](v T, err error) (T, error) { return v, TranslateError(err) }
+
+// unavailableError is an outage as TranslateError marks it.
+type unavailableError struct{ cause error }
+
+func (e *unavailableError) Error() string { return "database unavailable: " + e.cause.Error() }
+
+// Unwrap makes errors.Is(err, ErrUnavailable) hold and keeps the cause.
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.cause} }
+
+// Code is the stable error code.
+func (e *unavailableError) Code() string { return "unavailable" }
+
+// Reason is the finer reason code.
+func (e *unavailableError) Reason() string { return "database_unavailable" }

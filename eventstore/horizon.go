@@ -44,14 +44,14 @@ func (s *Store) HorizonTx(ctx context.Context, tx pgx.Tx) (Horizon, error) {
 	defer br.Close()
 	var h Horizon
 	if err := br.QueryRow().Scan(&h.LastID); err != nil {
-		return h, fmt.Errorf("horizon: last id: %w", err)
+		return h, TranslateError(fmt.Errorf("horizon: last id: %w", err))
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return h, fmt.Errorf("horizon: writers: %w", err)
+		return h, TranslateError(fmt.Errorf("horizon: writers: %w", err))
 	}
 	if h.Writers, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-		return h, fmt.Errorf("horizon: writers: %w", err)
+		return h, TranslateError(fmt.Errorf("horizon: writers: %w", err))
 	}
 	return h, nil
 }
@@ -89,11 +89,11 @@ func (s *Store) SettledTx(ctx context.Context, tx pgx.Tx, poll time.Duration) (H
 func (s *Store) ReadRangeTx(ctx context.Context, tx pgx.Tx, after, upTo int64, limit int) ([]Event, error) {
 	rows, err := tx.Query(ctx, s.sql.readRange, after, upTo, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read events %d..%d: %w", after, upTo, err)
+		return nil, TranslateError(fmt.Errorf("read events %d..%d: %w", after, upTo, err))
 	}
 	evs, err := s.scanEvents(rows)
 	if err != nil {
-		return nil, fmt.Errorf("read events %d..%d: %w", after, upTo, err)
+		return nil, TranslateError(fmt.Errorf("read events %d..%d: %w", after, upTo, err))
 	}
 	return evs, nil
 }

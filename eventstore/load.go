@@ -41,13 +41,13 @@ func (o LoadOptions) args(tenant, id uuid.UUID) []any {
 // versions. A missing stream, another tenant's stream and an archived stream
 // all read as no events.
 func (s *Store) Load(ctx context.Context, tenant, id uuid.UUID, opts LoadOptions) ([]Event, error) {
-	return s.load(ctx, s.pool, tenant, id, opts)
+	return translated(s.load(ctx, s.pool, tenant, id, opts))
 }
 
 // LoadTx is Load inside the caller's transaction: it sees the transaction's
 // own uncommitted events.
 func (s *Store) LoadTx(ctx context.Context, tx pgx.Tx, tenant, id uuid.UUID, opts LoadOptions) ([]Event, error) {
-	return s.load(ctx, tx, tenant, id, opts)
+	return translated(s.load(ctx, tx, tenant, id, opts))
 }
 
 func (s *Store) load(ctx context.Context, q querier, tenant, id uuid.UUID, opts LoadOptions) ([]Event, error) {
@@ -73,12 +73,12 @@ type StreamInfo struct {
 // StreamInfo returns the stream's head. A missing stream and another tenant's
 // stream answer ErrAggregateNotFound alike.
 func (s *Store) StreamInfo(ctx context.Context, tenant, id uuid.UUID) (StreamInfo, error) {
-	return s.streamInfo(ctx, s.pool, tenant, id)
+	return translated(s.streamInfo(ctx, s.pool, tenant, id))
 }
 
 // StreamInfoTx is StreamInfo inside the caller's transaction.
 func (s *Store) StreamInfoTx(ctx context.Context, tx pgx.Tx, tenant, id uuid.UUID) (StreamInfo, error) {
-	return s.streamInfo(ctx, tx, tenant, id)
+	return translated(s.streamInfo(ctx, tx, tenant, id))
 }
 
 func (s *Store) streamInfo(ctx context.Context, q querier, tenant, id uuid.UUID) (StreamInfo, error) {
@@ -126,12 +126,12 @@ func (s *Store) ReadAll(ctx context.Context, after int64, f ReadFilter) iter.Seq
 		for {
 			rows, err := s.pool.Query(ctx, s.sql.readAll, after, tenant, nilIfEmpty(f.AggregateTypes), nilIfEmpty(f.Types), size)
 			if err != nil {
-				yield(Event{}, fmt.Errorf("read all after %d: %w", after, err))
+				yield(Event{}, TranslateError(fmt.Errorf("read all after %d: %w", after, err)))
 				return
 			}
 			page, err := s.scanEvents(rows)
 			if err != nil {
-				yield(Event{}, fmt.Errorf("read all after %d: %w", after, err))
+				yield(Event{}, TranslateError(fmt.Errorf("read all after %d: %w", after, err)))
 				return
 			}
 			for _, e := range page {

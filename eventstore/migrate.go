@@ -88,7 +88,7 @@ func migrate(ctx context.Context, s *Store, ms []Migration) (applied []int, err 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
+		return nil, TranslateError(fmt.Errorf("migrate: %w", err))
 	}
 	return applied, nil
 }

@@ -30,12 +30,12 @@ type Snapshot struct {
 // existing event of that stream; else ErrAggregateNotFound). Saving the same
 // version again replaces the state. SnapshotVersion 0 means 1.
 func (s *Store) SaveSnapshot(ctx context.Context, snap Snapshot) error {
-	return s.saveSnapshot(ctx, s.pool, snap)
+	return TranslateError(s.saveSnapshot(ctx, s.pool, snap))
 }
 
 // SaveSnapshotTx is SaveSnapshot inside the caller's transaction.
 func (s *Store) SaveSnapshotTx(ctx context.Context, tx pgx.Tx, snap Snapshot) error {
-	return s.saveSnapshot(ctx, tx, snap)
+	return TranslateError(s.saveSnapshot(ctx, tx, snap))
 }
 
 func (s *Store) saveSnapshot(ctx context.Context, q querier, snap Snapshot) error {
@@ -61,12 +61,14 @@ func (s *Store) saveSnapshot(ctx context.Context, q querier, snap Snapshot) erro
 // full stream up to that time. Missing, foreign and archived streams read as
 // (nil, nil).
 func (s *Store) LoadWithSnapshot(ctx context.Context, tenant, id uuid.UUID, snapshotVersion int, opts LoadOptions) (*Snapshot, []Event, error) {
-	return s.loadWithSnapshot(ctx, s.pool, tenant, id, snapshotVersion, opts)
+	snap, evs, err := s.loadWithSnapshot(ctx, s.pool, tenant, id, snapshotVersion, opts)
+	return snap, evs, TranslateError(err)
 }
 
 // LoadWithSnapshotTx is LoadWithSnapshot inside the caller's transaction.
 func (s *Store) LoadWithSnapshotTx(ctx context.Context, tx pgx.Tx, tenant, id uuid.UUID, snapshotVersion int, opts LoadOptions) (*Snapshot, []Event, error) {
-	return s.loadWithSnapshot(ctx, tx, tenant, id, snapshotVersion, opts)
+	snap, evs, err := s.loadWithSnapshot(ctx, tx, tenant, id, snapshotVersion, opts)
+	return snap, evs, TranslateError(err)
 }
 
 func (s *Store) loadWithSnapshot(ctx context.Context, q querier, tenant, id uuid.UUID, snapshotVersion int, opts LoadOptions) (*Snapshot, []Event, error) {

@@ -105,10 +105,12 @@ func (s *Store) Subscribe() (wake <-chan struct{}, cancel func()) { return s.not
 // WithTx runs fn in a new transaction and commits it when fn returns nil. Events
 // appended through AppendTx/AppendBatchTx inside fn are announced on
 // NotifyChannel after the commit and never when the transaction rolls back.
+// Every error, fn's included, passes through TranslateError: a connection
+// lost anywhere in the transaction is ErrUnavailable.
 func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return TranslateError(fmt.Errorf("begin: %w", err))
 	}
 	// Rolls back when fn fails or panics (the panic goes on), so the
 	// connection goes back to the pool; a no-op after the commit.
@@ -116,10 +118,10 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.
 	w := &txWake{conn: tx.Conn()}
 	ctx = context.WithValue(ctx, txWakeKey{}, w)
 	if err := fn(ctx, tx); err != nil {
-		return err
+		return TranslateError(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return TranslateError(fmt.Errorf("commit: %w", err))
 	}
 	s.notifier.committed(ctx, w.maxID)
 	return nil
