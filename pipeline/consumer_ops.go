@@ -173,11 +173,11 @@ func NewConsumerOps(store *eventstore.Store) *ConsumerOps {
 func (o *ConsumerOps) List(ctx context.Context) ([]ConsumerStatus, error) {
 	rows, err := o.pool.Query(ctx, o.sql.list)
 	if err != nil {
-		return nil, fmt.Errorf("list consumers: %w", err)
+		return nil, eventstore.TranslateError(fmt.Errorf("list consumers: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ConsumerStatus, error) { return scanConsumerStatus(r) })
 	if err != nil {
-		return nil, fmt.Errorf("list consumers: %w", err)
+		return nil, eventstore.TranslateError(fmt.Errorf("list consumers: %w", err))
 	}
 	if out == nil {
 		out = []ConsumerStatus{}
@@ -318,7 +318,7 @@ func (o *ConsumerOps) change(ctx context.Context, op, name, instanceID string, f
 		return err
 	})
 	if err != nil {
-		return ConsumerStatus{}, err
+		return ConsumerStatus{}, eventstore.TranslateError(err)
 	}
 	return out, nil
 }
@@ -334,7 +334,7 @@ func (o *ConsumerOps) status(ctx context.Context, q opsQuerier, name, instance s
 		return ConsumerStatus{}, consumerNotFound(name, instance)
 	}
 	if err != nil {
-		return ConsumerStatus{}, fmt.Errorf("consumer %s/%s: %w", name, instance, err)
+		return ConsumerStatus{}, eventstore.TranslateError(fmt.Errorf("consumer %s/%s: %w", name, instance, err))
 	}
 	return st, nil
 }

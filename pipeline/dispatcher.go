@@ -237,7 +237,8 @@ func (d *Dispatcher) Query(ctx context.Context, c Caller, req Request) (any, err
 		})
 	}
 	if err != nil {
-		return nil, AsError(err)
+		// list, detail and the read-only transaction run SQL on the pool.
+		return nil, AsError(eventstore.TranslateError(err))
 	}
 	return out, nil
 }

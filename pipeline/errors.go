@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -83,8 +82,9 @@ func (e *Error) set(key string, v any) {
 // AsError classifies any error of a request into an *Error: the framework's
 // typed errors keep their codes, a handler's feature.Refuse becomes
 // unprocessable, a handler's panic becomes internal_error (ReasonHandlerPanic),
-// an unreachable database becomes unavailable, and everything else is
-// internal_error with a generic detail.
+// a database outage (eventstore.ErrUnavailable, as eventstore.TranslateError
+// marks it where the error occurs) becomes unavailable, and everything else
+// is internal_error with a generic detail.
 func AsError(err error) *Error {
 	if err == nil {
 		return nil
@@ -124,23 +124,12 @@ func AsError(err error) *Error {
 		return newError(CodeUnprocessable, ref.Reason(), ref.Detail(), err)
 	case errors.As(err, &pg) && pg.Code == "23505":
 		return newError(CodeUniqueViolation, "", "a value that must be unique is already taken", err)
+	case errors.Is(err, eventstore.ErrUnavailable):
+		return newError(CodeUnavailable, "database_unavailable", "the database is unreachable; retry later", err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return newError(CodeUnavailable, "timeout", "the request was cancelled or timed out", err)
-	case isConnError(err):
-		return newError(CodeUnavailable, "database_unavailable", "the database is unreachable; retry later", err)
 	}
 	return newError(CodeInternal, "", "internal error", err)
-}
-
-func isConnError(err error) bool {
-	var netErr net.Error
-	var connErr *pgconn.ConnectError
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		// Class 08: connection exception; 57P0x: the server is shutting down.
-		return pg.Code[:2] == "08" || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
-	}
-	return errors.As(err, &netErr) || errors.As(err, &connErr) || pgconn.SafeToRetry(err)
 }
 
 func notFoundf(reason, format string, args ...any) *Error {

@@ -619,7 +619,7 @@ func (d *Dispatcher) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("projection statuses: %w", err)
+		return nil, eventstore.TranslateError(fmt.Errorf("projection statuses: %w", err))
 	}
 	return out, nil
 }
