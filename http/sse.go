@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"net/http"
 	"strconv"
 	"strings"
@@ -291,6 +292,17 @@ func (s *Server) events(c echo.Context) error {
 	}
 	defer s.hub.unsubscribe(cl)
 
+	ctx := c.Request().Context()
+	var replay func() (eventstore.Event, error, bool)
+	if resume {
+		var stop func()
+		replay, stop, err = replayFirst(s.store.ReadAll(ctx, after, eventstore.ReadFilter{TenantID: u.TenantID, Types: types}))
+		defer stop()
+		if err != nil {
+			return pipeline.AsError(err) // nothing is sent yet: an outage is a 503
+		}
+	}
+
 	res := c.Response()
 	rc := http.NewResponseController(res)
 	// A stream outlives the server's read and write timeouts: it clears
@@ -318,13 +330,12 @@ func (s *Server) events(c echo.Context) error {
 		expired = t.C
 	}
 
-	ctx := c.Request().Context()
 	log := infoOf(c).log
 	// sent holds the ids the replay sent beyond the hub's position, which
 	// the live feed brings again.
 	var sent []int64
 	if resume {
-		for ev, err := range s.store.ReadAll(ctx, after, eventstore.ReadFilter{TenantID: u.TenantID, Types: types}) {
+		for ev, err, ok := replay(); ok; ev, err, ok = replay() {
 			if err != nil {
 				if ctx.Err() == nil {
 					log.Error("event stream: replay failed", "after", after, "err", err)
@@ -470,6 +481,22 @@ func sseTypes(q string) ([]string, error) {
 		return nil, nil
 	}
 	return types, nil
+}
+
+// replayFirst pulls seq's first element at once, so its first page is read
+// before the answer starts, and returns that element's error; next yields
+// the element again, then the rest.
+func replayFirst(seq iter.Seq2[eventstore.Event, error]) (next func() (eventstore.Event, error, bool), stop func(), err error) {
+	pull, stop := iter.Pull2(seq)
+	ev, err, ok := pull()
+	first := true
+	return func() (eventstore.Event, error, bool) {
+		if first {
+			first = false
+			return ev, err, ok
+		}
+		return pull()
+	}, stop, err
 }
 
 // sseResumePoint is the Last-Event-ID header, else ?after=: the id of the
