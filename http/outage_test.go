@@ -16,11 +16,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/idempotency"
 	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
@@ -418,4 +420,60 @@ func (b *logBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Keyed writes with the Redis store behind a proxy: while Redis is cut away
+// (new connections hang up or read garbage) a keyed write answers 503
+// unavailable and writes nothing, an unkeyed write goes on, and with
+// IdempotencyFailOpen the keyed write runs; once Redis is back, keyed writes
+// replay again.
+func TestOutageRedis(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature})
+	u, err := url.Parse(kumikotest.RedisURL())
+	require.NoError(t, err)
+	proxy := kumikotest.NewProxy(t, u.Host)
+	opts, err := redis.ParseURL(proxy.URL(kumikotest.RedisURL()))
+	require.NoError(t, err)
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	store := idempotency.NewRedisStore(client, idempotency.RedisConfig{Prefix: "kumiko:test:" + uuid.NewString() + ":", TTL: time.Minute})
+	serve := func(failOpen bool) *httptest.Server {
+		s, err := khttp.NewServer(khttp.Config{JWTSecret: secret, Idempotency: store, IdempotencyFailOpen: failOpen}, app.Dispatcher, app.Store)
+		require.NoError(t, err)
+		srv := httptest.NewServer(s.Handler())
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	closed, open := serve(false), serve(true)
+	user := token(t, "u-1", tenantA, "User")
+	write := func(srv *httptest.Server, key string) reply {
+		r := request{path: "/api/write", token: user, body: strings.NewReader(`{"type":"task.create","payload":{"title":"t"}}`)}
+		if key != "" {
+			r.header = map[string]string{"Idempotency-Key": key}
+		}
+		return doOn(t, srv, r)
+	}
+	events := func() int { return app.Count(t, "SELECT count(*) FROM kumiko_events") }
+
+	require.Equal(t, http.StatusOK, write(closed, "k-1").status)
+	require.Equal(t, "true", write(closed, "k-1").header.Get("Idempotent-Replayed"))
+	require.Equal(t, 1, events())
+
+	for _, mode := range []kumikotest.ProxyMode{kumikotest.ProxyHangUp, kumikotest.ProxyGarbage} {
+		proxy.SetMode(mode)
+		proxy.Cut()
+		r := write(closed, "k-2")
+		requireProblem(t, r, http.StatusServiceUnavailable, "unavailable", "idempotency_unavailable")
+		require.NotEmpty(t, r.header.Get("Retry-After"))
+		require.Equal(t, 1, events(), "mode %d: the refused keyed write wrote nothing", mode)
+	}
+	require.Equal(t, http.StatusOK, write(closed, "").status, "unkeyed writes go on")
+	require.Equal(t, http.StatusOK, write(open, "k-3").status, "fail-open runs keyed writes")
+	require.Equal(t, 3, events())
+
+	proxy.SetMode(kumikotest.ProxyForward)
+	require.Equal(t, http.StatusOK, write(closed, "k-4").status)
+	require.Equal(t, "true", write(closed, "k-4").header.Get("Idempotent-Replayed"))
+	require.Equal(t, 4, events())
 }
