@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"testing"
 
 	"github.com/google/uuid"
@@ -31,7 +30,9 @@ func TestTranslateError(t *testing.T) {
 	_, refused := pgx.Connect(t.Context(), "postgres://postgres@"+dead+"/x?sslmode=disable&connect_timeout=5")
 	require.Error(t, refused)
 
-	pg := func(code string) error { return fmt.Errorf("insert: %w", &pgconn.PgError{Severity: "FATAL", Code: code}) }
+	pg := func(code string) error {
+		return fmt.Errorf("insert: %w", &pgconn.PgError{Severity: "FATAL", Code: code})
+	}
 	for name, tc := range map[string]struct {
 		err         error
 		unavailable bool
@@ -76,9 +77,7 @@ func TestStoreErrorsAreTranslated(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	proxy := kumikotest.NewProxy(t, u.Host)
+	proxy := kumikotest.NewProxy(t, db.URL)
 	cfg, err := pgxpool.ParseConfig(proxy.URL(db.URL))
 	require.NoError(t, err)
 	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }

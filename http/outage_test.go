@@ -198,9 +198,7 @@ func newProxied(t *testing.T) *proxied {
 	t.Helper()
 	hold := make(chan chan struct{})
 	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature, outageFeature(hold)})
-	u, err := url.Parse(app.URL)
-	require.NoError(t, err)
-	proxy := kumikotest.NewProxy(t, u.Host)
+	proxy := kumikotest.NewProxy(t, app.URL)
 	return &proxied{outageServer: serveOutage(t, app.Registry, proxy.URL(app.URL), app.Schema), app: app, proxy: proxy, hold: hold}
 }
 
@@ -239,23 +237,33 @@ func (p *proxied) streamEvents(id uuid.UUID) int {
 	return p.app.Count(p.t, "SELECT count(*) FROM kumiko_events WHERE aggregate_id = $1", id)
 }
 
-// The connections are cut while a command's transaction is open: the
-// command answers 503 and its event is not there; the requests that take
-// the other pooled, now dead, connections answer 503 too; then requests
-// find the database again.
-func TestOutageConnectionCutMidTransaction(t *testing.T) {
+// A fault strikes while a command's transaction is open and the pool holds
+// outageConns connections: the proxy cuts them all, or the server terminates
+// every backend of the app (57P01 admin_shutdown). The command answers 503
+// and its event is not there; the requests that take the other, now dead,
+// pooled connections answer 503 too; then the app is served again.
+func TestOutageMidTransaction(t *testing.T) {
 	t.Parallel()
-	p := newProxied(t)
-	p.fillPool()
-
-	id := uuid.New()
-	release, done := p.holdCommand(id)
-	require.Equal(t, outageConns, p.proxy.Cut())
-	release()
-	requireUnavailable(t, <-done)
-	require.Zero(t, p.streamEvents(id), "nothing of the cut transaction was written")
-	p.requireDeadConnsUnavailable()
-	p.requireAllServed()
+	for name, fault := range map[string]func(p *proxied) int{
+		"cut": func(p *proxied) int { return p.proxy.Cut() },
+		"terminated": func(p *proxied) int {
+			return p.app.Count(p.t, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", p.appName)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := newProxied(t)
+			p.fillPool()
+			id := uuid.New()
+			release, done := p.holdCommand(id)
+			require.Equal(t, outageConns, fault(p))
+			release()
+			requireUnavailable(t, <-done)
+			require.Zero(t, p.streamEvents(id), "nothing of the broken transaction was written")
+			p.requireDeadConnsUnavailable()
+			p.requireAllServed()
+		})
+	}
 }
 
 // fillPool opens outageConns connections: as many transactions at once,
@@ -283,26 +291,6 @@ func (p *proxied) requireDeadConnsUnavailable() {
 	for _, path := range []string{"/api/events?after=0", "/api/consumers", "/api/projections"}[:outageConns-1] {
 		requireUnavailable(p.t, p.get(path)())
 	}
-}
-
-// The server terminates every backend of the app (57P01 admin_shutdown), one
-// of them in an open transaction: that command answers 503 and wrote
-// nothing, the requests that take the other terminated connections answer
-// 503, and then the app is served again.
-func TestOutageBackendsTerminated(t *testing.T) {
-	t.Parallel()
-	p := newProxied(t)
-	p.fillPool()
-
-	id := uuid.New()
-	release, done := p.holdCommand(id)
-	killed := p.app.Count(t, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", p.appName)
-	require.Equal(t, outageConns, killed)
-	release()
-	requireUnavailable(t, <-done)
-	require.Zero(t, p.streamEvents(id), "nothing of the terminated transaction was written")
-	p.requireDeadConnsUnavailable()
-	p.requireAllServed()
 }
 
 // Every request while the proxy answers garbage or hangs up: 503; back to
@@ -430,9 +418,7 @@ func (b *logBuffer) String() string {
 func TestOutageRedis(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature})
-	u, err := url.Parse(kumikotest.RedisURL())
-	require.NoError(t, err)
-	proxy := kumikotest.NewProxy(t, u.Host)
+	proxy := kumikotest.NewProxy(t, kumikotest.RedisURL())
 	opts, err := redis.ParseURL(proxy.URL(kumikotest.RedisURL()))
 	require.NoError(t, err)
 	client := redis.NewClient(opts)

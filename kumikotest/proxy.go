@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -43,9 +44,17 @@ type Proxy struct {
 }
 
 // NewProxy listens on a free port of 127.0.0.1 and relays every connection
-// to target (host:port). It fails the test when it cannot listen.
+// to target: host:port, or the host of a URL (postgres://…, redis://…). It
+// fails the test when it cannot listen or target does not parse.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
+	if strings.Contains(target, "://") {
+		u, err := url.Parse(target)
+		if err != nil {
+			t.Fatalf("kumikotest: proxy target: %v", err)
+		}
+		target = u.Host
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("kumikotest: proxy: %v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/url"
 	"syscall"
 	"testing"
 
@@ -21,9 +20,7 @@ func TestProxy(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	p := kumikotest.NewProxy(t, u.Host)
+	p := kumikotest.NewProxy(t, db.URL)
 	through := p.URL(db.URL)
 	require.Contains(t, through, p.Addr())
 
