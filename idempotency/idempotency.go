@@ -52,7 +52,9 @@ type Response struct {
 
 // Store records idempotent requests. Implementations are safe for concurrent
 // use across processes sharing the backend, and every method returns backend
-// failures wrapped in ErrUnavailable.
+// failures wrapped in ErrUnavailable — but a call that failed because the
+// caller's context ended returns an error wrapping the context's error
+// instead: a client that went away is no outage.
 type Store interface {
 	// Claim reserves key for the request whose fingerprint (a hash of
 	// method, path and body) is given. It returns

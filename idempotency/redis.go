@@ -145,7 +145,7 @@ func (s *RedisStore) Claim(ctx context.Context, key Key, fingerprint string) (*R
 	}
 	res, err := claimScript.Run(ctx, s.client, []string{s.key(key)}, pending, millis(s.cfg.LockTTL)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: claim: %w", ErrUnavailable, err)
+		return nil, backendError(ctx, "claim", err)
 	}
 	var raw string
 	switch v := res.(type) {
@@ -181,7 +181,7 @@ func (s *RedisStore) Complete(ctx context.Context, key Key, fingerprint string, 
 	}
 	n, err := completeScript.Run(ctx, s.client, []string{s.key(key)}, fp, done, millis(s.cfg.TTL)).Int()
 	if err != nil {
-		return fmt.Errorf("%w: complete: %w", ErrUnavailable, err)
+		return backendError(ctx, "complete", err)
 	}
 	if n == 0 {
 		return ErrKeyReused
@@ -193,9 +193,20 @@ func (s *RedisStore) Complete(ctx context.Context, key Key, fingerprint string, 
 func (s *RedisStore) Release(ctx context.Context, key Key, fingerprint string) error {
 	err := releaseScript.Run(ctx, s.client, []string{s.key(key)}, encodeFingerprint(fingerprint)).Err()
 	if err != nil {
-		return fmt.Errorf("%w: release: %w", ErrUnavailable, err)
+		return backendError(ctx, "release", err)
 	}
 	return nil
+}
+
+// backendError is the error of a failed Redis call: wrapped in
+// ErrUnavailable, unless the caller's context ended — a client that went
+// away or ran out of time is not an outage, and must not make a keyed
+// request answer 503 or run without idempotency under fail-open.
+func backendError(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("idempotency: %s: %w (%w)", op, ctxErr, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 }
 
 // key returns the Redis key of k: Prefix + hex SHA-256 of the

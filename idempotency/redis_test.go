@@ -290,3 +290,22 @@ func waitForRedis(t *testing.T, addr string, exited <-chan struct{}) error {
 		}
 	}
 }
+
+// A call whose context ended fails with the context's error, not with
+// ErrUnavailable: the client went away, Redis is fine.
+func TestRedisStoreCallerCancellationIsNoOutage(t *testing.T) {
+	t.Parallel()
+	s := newRedisStore(t, idempotency.RedisConfig{})
+	key := idempotency.Key{Tenant: "t", User: "u", Key: "k"}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for name, call := range map[string]func() error{
+		"claim":    func() error { return claimErr(s.Claim(ctx, key, "fp")) },
+		"complete": func() error { return s.Complete(ctx, key, "fp", idempotency.Response{Status: 200}) },
+		"release":  func() error { return s.Release(ctx, key, "fp") },
+	} {
+		err := call()
+		require.ErrorIs(t, err, context.Canceled, name)
+		require.NotErrorIs(t, err, idempotency.ErrUnavailable, name)
+	}
+}
