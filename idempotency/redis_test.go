@@ -123,11 +123,7 @@ func TestRedisStoreServerGone(t *testing.T) {
 	// would mean the store waited instead of failing fast.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	for name, call := range map[string]func() error{
-		"claim":    func() error { return claimErr(s.Claim(ctx, key, "fp")) },
-		"complete": func() error { return s.Complete(ctx, key, "fp", idempotency.Response{Status: 200}) },
-		"release":  func() error { return s.Release(ctx, key, "fp") },
-	} {
+	for name, call := range storeCalls(ctx, s, key) {
 		err := call()
 		require.ErrorIs(t, err, idempotency.ErrUnavailable, name)
 		require.NotErrorIs(t, err, context.DeadlineExceeded, name)
@@ -299,13 +295,18 @@ func TestRedisStoreCallerCancellationIsNoOutage(t *testing.T) {
 	key := idempotency.Key{Tenant: "t", User: "u", Key: "k"}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	for name, call := range map[string]func() error{
-		"claim":    func() error { return claimErr(s.Claim(ctx, key, "fp")) },
-		"complete": func() error { return s.Complete(ctx, key, "fp", idempotency.Response{Status: 200}) },
-		"release":  func() error { return s.Release(ctx, key, "fp") },
-	} {
+	for name, call := range storeCalls(ctx, s, key) {
 		err := call()
 		require.ErrorIs(t, err, context.Canceled, name)
 		require.NotErrorIs(t, err, idempotency.ErrUnavailable, name)
+	}
+}
+
+// storeCalls are the three calls of a store on key under ctx, by name.
+func storeCalls(ctx context.Context, s idempotency.Store, key idempotency.Key) map[string]func() error {
+	return map[string]func() error{
+		"claim":    func() error { return claimErr(s.Claim(ctx, key, "fp")) },
+		"complete": func() error { return s.Complete(ctx, key, "fp", idempotency.Response{Status: 200}) },
+		"release":  func() error { return s.Release(ctx, key, "fp") },
 	}
 }
