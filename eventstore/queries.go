@@ -13,8 +13,9 @@ type queries struct {
 	load, readAll                             string
 	loadSnapshot, loadAfterSnapshot, saveSnap string
 	archive, restore, isArchived              string
-	notify                                    string
+	notify, listen                            string
 	lastID, writers, readRange                string
+	head, tailStart                           string
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by`
@@ -135,6 +136,9 @@ SELECT EXISTS (SELECT 1 FROM {archived} WHERE aggregate_id = $1 AND tenant_id = 
 
 		notify: `SELECT pg_notify($1, $2)`,
 
+		// LISTEN takes no parameters.
+		listen: "LISTEN " + pgx.Identifier{notifyChannel(schema)}.Sanitize(),
+
 		// The identity column's sequence keeps its default name.
 		lastID: r.Replace(`SELECT COALESCE(pg_sequence_last_value('{events}_id_seq'::regclass), 0)`),
 
@@ -144,5 +148,14 @@ WHERE locktype = 'relation' AND relation = '{events}'::regclass AND mode = 'RowE
 	AND granted AND pid IS DISTINCT FROM pg_backend_pid()`),
 
 		readRange: r.Replace(`SELECT {cols} FROM {events} WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`),
+
+		// The highest visible id, and the id before the last $4 events
+		// matching readAll's filters: where a tail starts.
+		head: r.Replace(`SELECT COALESCE(max(id), 0) FROM {events}`),
+		tailStart: r.Replace(`
+SELECT COALESCE(min(id) - 1, 0) FROM (SELECT id FROM {events}
+WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
+	AND ($3::text[] IS NULL OR type = ANY ($3))
+ORDER BY id DESC LIMIT $4) last`),
 	}
 }

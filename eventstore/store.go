@@ -94,7 +94,9 @@ func (s *Store) Schema() string { return s.cfg.Schema }
 // NotifyChannel is the LISTEN channel on which the store announces committed
 // events. The payload is the highest committed event id known to the sender,
 // in decimal; notifications are coalesced, so one may stand for many events.
-func (s *Store) NotifyChannel() string { return "kumiko_events_" + s.cfg.Schema }
+func (s *Store) NotifyChannel() string { return notifyChannel(s.cfg.Schema) }
+
+func notifyChannel(schema string) string { return "kumiko_events_" + schema }
 
 // Subscribe returns a channel that receives a signal soon after events
 // appended through this store commit, without waiting for the database
