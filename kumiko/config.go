@@ -1,10 +1,13 @@
-// Package kumiko is the facade an application's main uses: [Config],
-// [BuildServer] (wired with go.uber.org/fx), [App] with Start and Stop, the
-// fx [Module] for applications that compose their own fx graph, and [Main],
-// the command line of an app binary.
+// Package kumiko is the facade an application uses: [Config], [New] (a
+// server; [BuildWorker] for one without the HTTP API) and the [App] it
+// returns, with Start and Stop, in plain Go; and the fx [Module], a thin
+// wrapper over New for applications that compose their own fx graph.
 //
-// Every part it wires is also constructible by hand, without fx:
-// eventstore.New, registry.Build, pipeline.New, idempotency.NewRedisStore or
+// The command line of an app binary (serve, worker and the operations
+// commands) is kumiko/cli.Main; this package does not depend on it.
+//
+// Every part New wires is also constructible by hand: eventstore.New,
+// registry.Build, pipeline.New, idempotency.NewRedisStore or
 // NewMemoryStore, and http.NewServer.
 package kumiko
 
@@ -19,6 +22,7 @@ import (
 
 	"github.com/google/uuid"
 
+	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/idempotency"
 )
 
@@ -33,11 +37,11 @@ const SharedInstanceID = "__shared__"
 const DefaultIdleInTransactionTimeout = 60 * time.Second
 
 // Config configures a server. The zero value is not enough on its own:
-// DatabaseURL and JWTSecret must be set (Main fills them from the
+// DatabaseURL and JWTSecret must be set (cli.Main fills them from the
 // environment, with development defaults).
 type Config struct {
 	// Name of the application, used in logs and for the development
-	// database Main creates. Default "kumiko".
+	// database cli.Main creates. Default "kumiko".
 	Name string
 	// DatabaseURL of PostgreSQL (postgres:// URL). Required.
 	DatabaseURL string
@@ -61,6 +65,10 @@ type Config struct {
 	// JWTAudience, when set, must be among every token's aud claim. Empty:
 	// not checked.
 	JWTAudience string
+	// AdminRole is the role that inspects its own tenant's streams
+	// (/api/inspect); the operations commands act with it where they read
+	// as a tenant's user. Default "Admin".
+	AdminRole string
 	// OperatorRole is the role that sees app-wide state over HTTP
 	// (/api/consumers, /api/projections, and /metrics unless MetricsAddr is
 	// set). Default "Operator".
@@ -154,6 +162,12 @@ func (c Config) WithDefaults() Config {
 	if c.IdleInTransactionTimeout == 0 {
 		c.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
 	}
+	if c.AdminRole == "" {
+		c.AdminRole = khttp.DefaultAdminRole
+	}
+	if c.OperatorRole == "" {
+		c.OperatorRole = khttp.DefaultOperatorRole
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -231,9 +245,9 @@ func (c Config) validate() error {
 
 // FromEnv fills the zero fields of c from the environment: DATABASE_URL,
 // REDIS_URL, KUMIKO_JWT_SECRET, KUMIKO_JWT_ISSUER, KUMIKO_JWT_AUDIENCE,
-// KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR, KUMIKO_SCHEMA and
-// KUMIKO_INSTANCE_ID. Only Main and commands call it; the library never reads
-// the environment.
+// KUMIKO_ADMIN_ROLE, KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR,
+// KUMIKO_SCHEMA and KUMIKO_INSTANCE_ID. Only cli.Main and commands call it;
+// the library never reads the environment.
 func (c Config) FromEnv() Config {
 	set := func(field *string, env string) {
 		if *field == "" {
@@ -245,6 +259,7 @@ func (c Config) FromEnv() Config {
 	set(&c.JWTSecret, "KUMIKO_JWT_SECRET")
 	set(&c.JWTIssuer, "KUMIKO_JWT_ISSUER")
 	set(&c.JWTAudience, "KUMIKO_JWT_AUDIENCE")
+	set(&c.AdminRole, "KUMIKO_ADMIN_ROLE")
 	set(&c.OperatorRole, "KUMIKO_OPERATOR_ROLE")
 	set(&c.MetricsAddr, "KUMIKO_METRICS_ADDR")
 	set(&c.Addr, "KUMIKO_ADDR")

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/internal/ops"
 	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
@@ -25,7 +26,7 @@ import (
 func TestMigrateCommand(t *testing.T) {
 	db := kumikotest.NewDB(t)
 	run := func(args ...string) (string, error) {
-		root := newRoot()
+		root := ops.Generic()
 		var out bytes.Buffer
 		root.SetOut(&out)
 		root.SetErr(&out)

@@ -6,9 +6,10 @@ package main
 
 import (
 	"github.com/kumiko-go/kumiko/kumiko"
+	"github.com/kumiko-go/kumiko/kumiko/cli"
 	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
 func main() {
-	kumiko.Main(kumiko.Config{Name: "tasks"}, tasks.Feature)
+	cli.Main(kumiko.Config{Name: "tasks"}, tasks.Feature)
 }

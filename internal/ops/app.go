@@ -1,4 +1,4 @@
-package kumiko
+package ops
 
 import (
 	"context"
@@ -19,26 +19,23 @@ import (
 
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/kumiko"
 )
 
-// Development defaults Main uses when the environment does not say.
+// Development defaults used when the environment does not say.
 const (
 	devServerURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	devJWTSecret = "kumiko-development-secret-not-for-production"
 	devTenant    = "01900000-0000-7000-8000-000000000001"
 )
 
-// Main is the command line of an app binary:
-//
-//	func main() { kumiko.Main(kumiko.Config{Name: "tasks"}, tasks.Feature) }
-//
-// Fields left zero are read from the environment (see Config.FromEnv). For a
-// development machine it fills in the rest: without DATABASE_URL it uses the
-// local PostgreSQL and creates a database named after the app; without
-// KUMIKO_JWT_SECRET it uses a development secret and prints a token to try
-// the API with. It exits non-zero on failure.
-func Main(cfg Config, features ...*feature.Feature) {
-	root := NewCommand(cfg, features...)
+// Main runs the command line of an app binary (NewCommand) and exits
+// non-zero when the command fails.
+func Main(cfg kumiko.Config, features ...*feature.Feature) { Execute(NewCommand(cfg, features...)) }
+
+// Execute runs root until SIGINT or SIGTERM cancels its context and exits 1
+// when it fails; cobra has printed the error, once, by then.
+func Execute(root *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := root.ExecuteContext(ctx)
 	stop()
@@ -47,9 +44,15 @@ func Main(cfg Config, features ...*feature.Feature) {
 	}
 }
 
-// NewCommand returns Main's command tree, for binaries that add commands of
-// their own.
-func NewCommand(cfg Config, features ...*feature.Feature) *cobra.Command {
+// NewCommand is the command tree of an app binary: serve, worker and the
+// operations commands with the app's features.
+//
+// Fields of cfg left zero are read from the environment (see
+// kumiko.Config.FromEnv). For a development machine it fills in the rest:
+// without DATABASE_URL it uses the local PostgreSQL and creates a database
+// named after the app; without KUMIKO_JWT_SECRET it uses a development
+// secret and serve prints a token to try the API with.
+func NewCommand(cfg kumiko.Config, features ...*feature.Feature) *cobra.Command {
 	name := cfg.WithDefaults().Name
 	root := &cobra.Command{Use: name, Short: name + ", a kumiko application", SilenceUsage: true}
 	root.AddCommand(&cobra.Command{
@@ -57,41 +60,58 @@ func NewCommand(cfg Config, features ...*feature.Feature) *cobra.Command {
 		Short: "Run the HTTP API and deliver events to consumers",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serveCommand(cmd.Context(), cmd.OutOrStdout(), cfg, features, true)
+			return serve(cmd.Context(), cmd.OutOrStdout(), cfg, features, true)
 		},
 	}, &cobra.Command{
 		Use:   "worker",
 		Short: "Only deliver events to consumers (no HTTP API)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serveCommand(cmd.Context(), cmd.OutOrStdout(), cfg, features, false)
+			return serve(cmd.Context(), cmd.OutOrStdout(), cfg, features, false)
 		},
 	})
-	root.AddCommand(OpsCommands(cfg, features...)...)
+	root.AddCommand(commands(cfg, features...)...)
 	return root
 }
 
-func serveCommand(ctx context.Context, out io.Writer, cfg Config, features []*feature.Feature, withHTTP bool) error {
+// Generic is the command tree of cmd/kumiko: the operations commands that
+// need no app features.
+func Generic() *cobra.Command {
+	root := &cobra.Command{
+		Use:          "kumiko",
+		Short:        "Operate a kumiko event store",
+		SilenceUsage: true,
+	}
+	// nil features: the generic commands.
+	root.AddCommand(commands(kumiko.Config{Name: "kumiko"})...)
+	return root
+}
+
+// serve builds the app (validating the configuration and the features
+// before anything touches the database), starts it and runs it until ctx
+// ends.
+func serve(ctx context.Context, out io.Writer, cfg kumiko.Config, features []*feature.Feature, withHTTP bool) error {
 	cfg = cfg.FromEnv().WithDefaults()
-	dev := false
+	devDB, dev := false, false
 	if cfg.DatabaseURL == "" {
-		u, err := devDatabase(ctx, cfg.Name)
-		if err != nil {
-			return fmt.Errorf("no DATABASE_URL, and the local PostgreSQL is not usable: %w", err)
-		}
-		cfg.DatabaseURL, dev = u, true
+		cfg.DatabaseURL, devDB, dev = devDatabaseURL(cfg.Name), true, true
 	}
 	if cfg.JWTSecret == "" {
 		cfg.Logger.Warn("kumiko: no KUMIKO_JWT_SECRET; using the development secret")
 		cfg.JWTSecret, dev = devJWTSecret, true
 	}
-	build := BuildServer
+	build := kumiko.New
 	if !withHTTP {
-		build = BuildWorker
+		build = kumiko.BuildWorker
 	}
 	app, err := build(ctx, cfg, features...)
 	if err != nil {
 		return err
+	}
+	if devDB {
+		if err := createDevDatabase(ctx, cfg.DatabaseURL); err != nil {
+			return errors.Join(err, app.Stop(ctx))
+		}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = app.Start(startCtx)
@@ -106,43 +126,55 @@ func serveCommand(ctx context.Context, out io.Writer, cfg Config, features []*fe
 		fmt.Fprintf(out, "%s worker %s is delivering events\n", cfg.Name, app.Parts().Config.InstanceID)
 	}
 	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.WithDefaults().ShutdownTimeout+5*time.Second)
+	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+5*time.Second)
 	defer cancel()
 	return app.Stop(stopCtx)
 }
 
 var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
 
-// devDatabase creates (when missing) a database named after the app on the
-// local server and returns its URL.
-func devDatabase(ctx context.Context, app string) (string, error) {
+// devDatabaseURL is the URL of the database named after the app on the
+// local development server.
+func devDatabaseURL(app string) string {
 	name := "kumiko_" + strings.Trim(nonIdent.ReplaceAllString(strings.ToLower(app), "_"), "_")
 	if name == "kumiko_kumiko" {
 		name = "kumiko"
 	}
+	u, _ := url.Parse(devServerURL)
+	u.Path = "/" + name
+	return u.String()
+}
+
+// createDevDatabase creates the database of a devDatabaseURL on the local
+// server when it is missing.
+func createDevDatabase(ctx context.Context, dbURL string) error {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return err
+	}
+	name := strings.TrimPrefix(u.Path, "/")
 	conn, err := pgx.Connect(ctx, devServerURL)
 	if err != nil {
-		return "", err
+		return fmt.Errorf("no DATABASE_URL, and the local PostgreSQL is not usable: %w", err)
 	}
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	var pgErr *pgconn.PgError
 	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "42P04") {
-		return "", fmt.Errorf("create database %s: %w", name, err)
+		return fmt.Errorf("no DATABASE_URL, and the local PostgreSQL is not usable: create database %s: %w", name, err)
 	}
-	u, _ := url.Parse(devServerURL)
-	u.Path = "/" + name
-	return u.String(), nil
+	return nil
 }
 
 // devRoles are the roles of the development token: on a development machine
 // one person is user, tenant admin and operator.
-var devRoles = []string{"Admin", "User", "Operator"}
+func devRoles(cfg kumiko.Config) []string { return []string{cfg.AdminRole, "User", cfg.OperatorRole} }
 
 // printDevHelp prints a development token and a request to paste.
-func printDevHelp(out io.Writer, app *App) {
+func printDevHelp(out io.Writer, app *kumiko.App) {
 	p := app.Parts()
-	token, err := khttp.IssueToken([]byte(p.Config.JWTSecret), "dev", devTenant, devRoles, 24*time.Hour, tokenOptions(p.Config)...)
+	roles := devRoles(p.Config)
+	token, err := khttp.IssueToken([]byte(p.Config.JWTSecret), "dev", devTenant, roles, 24*time.Hour, tokenOptions(p.Config)...)
 	if err != nil {
 		fmt.Fprintf(out, "could not issue a development token: %v\n", err)
 		return
@@ -152,7 +184,7 @@ func printDevHelp(out io.Writer, app *App) {
 		addr = "localhost:" + addr[strings.LastIndex(addr, ":")+1:]
 	}
 	fmt.Fprintf(out, "\n%s is ready on http://%s (database %s)\n", p.Config.Name, addr, redactURL(p.Config.DatabaseURL))
-	fmt.Fprintf(out, "Development token for user dev in tenant %s, roles %s, valid 24 h:\n\n", devTenant, strings.Join(devRoles, ", "))
+	fmt.Fprintf(out, "Development token for user dev in tenant %s, roles %s, valid 24 h:\n\n", devTenant, strings.Join(roles, ", "))
 	fmt.Fprintf(out, "export TOKEN=%s\n", token)
 	for _, e := range p.Registry.Entities() {
 		for _, v := range e.Verbs() {
@@ -167,7 +199,7 @@ func printDevHelp(out io.Writer, app *App) {
 }
 
 // tokenOptions are the iss and aud claims cfg's server checks.
-func tokenOptions(cfg Config) []khttp.TokenOption {
+func tokenOptions(cfg kumiko.Config) []khttp.TokenOption {
 	var opts []khttp.TokenOption
 	if cfg.JWTIssuer != "" {
 		opts = append(opts, khttp.TokenIssuer(cfg.JWTIssuer))

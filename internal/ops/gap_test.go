@@ -1,4 +1,4 @@
-package kumiko_test
+package ops_test
 
 import (
 	"context"

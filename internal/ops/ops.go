@@ -1,4 +1,4 @@
-package kumiko
+package ops
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"sort"
@@ -16,13 +15,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/kumiko"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -31,17 +30,17 @@ import (
 // pipeline (events asof of an entity).
 const cliUser = "kumiko-cli"
 
-// OpsCommands returns the operations commands of a kumiko binary: migrate,
+// commands returns the operations commands of a kumiko binary: migrate,
 // consumer, inspect, events (tail, prune, and with features asof), token,
-// and with features project. With features they work with the
+// and with features project and snapshot. With features they work with the
 // app's registry (upcasting, read tables, entity state); with none (nil) they
 // are the generic commands of cmd/kumiko, which see events as stored.
 //
 // Every command takes --database-url and --schema (else Config, else
 // DATABASE_URL and KUMIKO_SCHEMA, else the development defaults Main uses)
 // and --json for machine-readable output. Failures return an error, which
-// Main turns into a non-zero exit.
-func OpsCommands(cfg Config, features ...*feature.Feature) []*cobra.Command {
+// Execute turns into a non-zero exit.
+func commands(cfg kumiko.Config, features ...*feature.Feature) []*cobra.Command {
 	o := &ops{cfg: cfg, features: features, generic: features == nil}
 	cmds := []*cobra.Command{
 		o.migrateCmd(),
@@ -64,7 +63,7 @@ func OpsCommands(cfg Config, features ...*feature.Feature) []*cobra.Command {
 
 // ops holds the shared flags and configuration of the ops commands.
 type ops struct {
-	cfg         Config
+	cfg         kumiko.Config
 	features    []*feature.Feature
 	generic     bool
 	databaseURL string
@@ -75,7 +74,7 @@ type ops struct {
 // conn is an opened database: the pool, the store and, with features, the
 // registry and the dispatcher.
 type conn struct {
-	cfg   Config
+	cfg   kumiko.Config
 	pool  *pgxpool.Pool
 	store *eventstore.Store
 	reg   *registry.Registry
@@ -86,7 +85,7 @@ func (c *conn) close() { c.store.Close(); c.pool.Close() }
 
 // config resolves the connection settings: flags, then Config, then the
 // environment, then the development defaults.
-func (o *ops) config(ctx context.Context) (Config, error) {
+func (o *ops) config(ctx context.Context) (kumiko.Config, error) {
 	cfg := o.cfg
 	if o.databaseURL != "" {
 		cfg.DatabaseURL = o.databaseURL
@@ -99,28 +98,31 @@ func (o *ops) config(ctx context.Context) (Config, error) {
 		if o.generic {
 			cfg.DatabaseURL = devServerURL
 		} else {
-			u, err := devDatabase(ctx, cfg.Name)
-			if err != nil {
-				return cfg, fmt.Errorf("no DATABASE_URL, and the local PostgreSQL is not usable: %w", err)
+			cfg.DatabaseURL = devDatabaseURL(cfg.Name)
+			if err := createDevDatabase(ctx, cfg.DatabaseURL); err != nil {
+				return cfg, err
 			}
-			cfg.DatabaseURL = u
 		}
 	}
 	return cfg, nil
 }
 
-// open connects (checking the database answers) and wires the store, and
-// with features the registry and dispatcher. It does not migrate.
+// open compiles the features, then connects (checking the database
+// answers) and wires the store, and with features the dispatcher. Invalid
+// features fail before anything touches the database. It does not migrate.
 func (o *ops) open(ctx context.Context) (*conn, error) {
-	cfg, err := o.config(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var reg *registry.Registry
+	var (
+		reg *registry.Registry
+		err error
+	)
 	if !o.generic {
 		if reg, err = registry.Build(o.features...); err != nil {
 			return nil, err
 		}
+	}
+	cfg, err := o.config(ctx)
+	if err != nil {
+		return nil, err
 	}
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
@@ -446,8 +448,8 @@ func (o *ops) eventsCmd() *cobra.Command {
 	return root
 }
 
-// TailEvent is one line of events tail --json (newline-delimited JSON).
-type TailEvent struct {
+// tailEvent is one line of events tail --json (newline-delimited JSON).
+type tailEvent struct {
 	ID            int64           `json:"id"`
 	TenantID      uuid.UUID       `json:"tenantId"`
 	AggregateType string          `json:"aggregateType"`
@@ -496,12 +498,12 @@ func (o *ops) tailCmd() *cobra.Command {
 				cursor := after
 				if !afterOK {
 					var err error
-					if cursor, err = tailStart(ctx, c, f, last); err != nil {
+					if cursor, err = c.store.TailStart(ctx, f, last); err != nil {
 						return err
 					}
 				}
 				p := &tailPrinter{out: out, json: o.json}
-				cursor, err := p.print(ctx, c, cursor, f, follow)
+				cursor, err := p.print(ctx, c.store, cursor, f, follow)
 				if err != nil {
 					return err
 				}
@@ -511,8 +513,8 @@ func (o *ops) tailCmd() *cobra.Command {
 					}
 					return nil
 				}
-				err = followEvents(ctx, c, poll, func() error {
-					cursor, err = p.print(ctx, c, cursor, f, true)
+				err = followEvents(ctx, c.store, poll, func() error {
+					cursor, err = p.print(ctx, c.store, cursor, f, true)
 					return err
 				})
 				if ctx.Err() != nil {
@@ -533,157 +535,99 @@ func (o *ops) tailCmd() *cobra.Command {
 	return cmd
 }
 
-// tailStart is the position before the last n events matching f.
-func tailStart(ctx context.Context, c *conn, f eventstore.ReadFilter, n int) (int64, error) {
-	if n == 0 {
-		var head int64
-		err := c.pool.QueryRow(ctx, fmt.Sprintf("SELECT COALESCE(max(id), 0) FROM %s", pgx.Identifier{c.cfg.Schema, "kumiko_events"}.Sanitize())).Scan(&head)
-		return head, err
-	}
-	var tenant *[16]byte
-	if f.TenantID != uuid.Nil {
-		t := [16]byte(f.TenantID)
-		tenant = &t
-	}
-	var start int64
-	err := c.pool.QueryRow(ctx, fmt.Sprintf(`SELECT COALESCE(min(id) - 1, 0) FROM (SELECT id FROM %s
-WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
-	AND ($3::text[] IS NULL OR type = ANY ($3))
-ORDER BY id DESC LIMIT $4) last`, pgx.Identifier{c.cfg.Schema, "kumiko_events"}.Sanitize()),
-		tenant, nilIfEmpty(f.AggregateTypes), nilIfEmpty(f.Types), n).Scan(&start)
-	if err != nil {
-		return 0, fmt.Errorf("events: %w", err)
-	}
-	return start, nil
-}
-
-func nilIfEmpty(s []string) []string {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
-}
-
 type tailPrinter struct {
 	out    io.Writer
 	json   bool
 	header bool
 	count  int
+	table  *tabwriter.Writer // the rows of the current print, flushed at its end
 }
 
-// print prints the events after cursor and returns the new cursor.
 // print prints the events after cursor and returns the new cursor. With
-// settle (following) it prints only up to the settled horizon — waiting for
-// in-flight writers — so a later call never misses an event that commits
-// late; without, it prints what is visible now.
-func (p *tailPrinter) print(ctx context.Context, c *conn, cursor int64, f eventstore.ReadFilter, settle bool) (int64, error) {
-	settled := eventstore.Horizon{LastID: math.MaxInt64}
+// settle (following) it prints only settled events (eventstore.Tail), so a
+// later call never misses an event that commits late; without, it prints
+// what is visible now.
+func (p *tailPrinter) print(ctx context.Context, store *eventstore.Store, cursor int64, f eventstore.ReadFilter, settle bool) (int64, error) {
+	var err error
 	if settle {
-		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			var err error
-			settled, err = c.store.SettledTx(ctx, tx, 10*time.Millisecond)
-			return err
+		cursor, err = store.Tail(ctx, cursor, f, p.event)
+	} else {
+		for e, rerr := range store.ReadAll(ctx, cursor, f) {
+			if err = rerr; err == nil {
+				err = p.event(e)
+			}
+			if err != nil {
+				break
+			}
+			cursor = e.ID
+		}
+	}
+	if p.table != nil {
+		err = errors.Join(err, p.table.Flush())
+		p.table = nil
+	}
+	return cursor, err
+}
+
+// event prints one event: a JSON line, or a table row.
+func (p *tailPrinter) event(e eventstore.Event) error {
+	p.count++
+	if p.json {
+		b, err := json.Marshal(tailEvent{
+			ID: e.ID, TenantID: e.TenantID, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
+			Version: e.Version, Type: e.Type, EventVersion: e.EventVersion, Payload: json.RawMessage(compact(e.Payload)),
+			CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
 		})
 		if err != nil {
-			return cursor, err
+			return err
+		}
+		_, err = fmt.Fprintf(p.out, "%s\n", b)
+		return err
+	}
+	if p.table == nil {
+		p.table = newTable(p.out)
+		if !p.header {
+			fmt.Fprintln(p.table, "ID\tCREATED\tTENANT\tAGGREGATE\tVER\tTYPE\tPAYLOAD")
+			p.header = true
 		}
 	}
-	var w *tabwriter.Writer
-	for e, err := range c.store.ReadAll(ctx, cursor, f) {
-		if err != nil {
-			return cursor, err
-		}
-		if e.ID > settled.LastID {
-			break
-		}
-		cursor = e.ID
-		p.count++
-		if p.json {
-			b, err := json.Marshal(TailEvent{
-				ID: e.ID, TenantID: e.TenantID, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
-				Version: e.Version, Type: e.Type, EventVersion: e.EventVersion, Payload: json.RawMessage(compact(e.Payload)),
-				CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
-			})
-			if err != nil {
-				return cursor, err
-			}
-			if _, err := fmt.Fprintf(p.out, "%s\n", b); err != nil {
-				return cursor, err
-			}
-			continue
-		}
-		if w == nil {
-			w = newTable(p.out)
-			if !p.header {
-				fmt.Fprintln(w, "ID\tCREATED\tTENANT\tAGGREGATE\tVER\tTYPE\tPAYLOAD")
-				p.header = true
-			}
-		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s/%s\t%d\t%s v%d\t%s\n", e.ID, e.CreatedAt.UTC().Format(time.RFC3339Nano), e.TenantID,
-			e.AggregateType, e.AggregateID, e.Version, e.Type, e.EventVersion, compact(e.Payload))
-	}
-	if settle {
-		cursor = max(cursor, settled.LastID) // nothing more can appear below it
-	}
-	if w != nil {
-		return cursor, w.Flush()
-	}
-	return cursor, nil
+	_, err := fmt.Fprintf(p.table, "%d\t%s\t%s\t%s/%s\t%d\t%s v%d\t%s\n", e.ID, e.CreatedAt.UTC().Format(time.RFC3339Nano), e.TenantID,
+		e.AggregateType, e.AggregateID, e.Version, e.Type, e.EventVersion, compact(e.Payload))
+	return err
 }
 
-// followEvents calls read whenever the store announces new events on its
-// notification channel, and at least every poll, until ctx ends or read
-// fails. A lost LISTEN connection is reopened; polling covers the gap.
-func followEvents(ctx context.Context, c *conn, poll time.Duration, read func() error) error {
+// followEvents calls read, then again whenever the store announces new
+// events (eventstore.Listen) and at least every poll, until ctx ends or read
+// fails.
+func followEvents(ctx context.Context, store *eventstore.Store, poll time.Duration, read func() error) error {
 	if poll <= 0 {
 		poll = time.Second
 	}
-	var lc *pgxpool.Conn
-	defer func() {
-		if lc != nil {
-			lc.Release()
-		}
+	ctx, cancel := context.WithCancel(ctx)
+	wake := make(chan struct{}, 1)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		store.Listen(ctx, func() {
+			select {
+			case wake <- struct{}{}:
+			default: // a read is already due
+			}
+		})
 	}()
-	listen := func() {
-		if lc != nil {
-			return
-		}
-		conn, err := c.pool.Acquire(ctx)
-		if err != nil {
-			return
-		}
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{c.store.NotifyChannel()}.Sanitize()); err != nil {
-			conn.Conn().Close(context.Background()) //nolint:errcheck // drop the broken connection
-			conn.Release()
-			return
-		}
-		lc = conn
-		// Events committed between the last read and LISTEN are caught by
-		// the read below.
-	}
+	defer func() { cancel(); <-listening }()
+	timer := time.NewTimer(poll)
+	defer timer.Stop()
 	for {
-		listen()
 		if err := read(); err != nil {
 			return err
 		}
-		if lc == nil {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(poll):
-			}
-			continue
-		}
-		wctx, cancel := context.WithTimeout(ctx, poll)
-		_, err := lc.Conn().WaitForNotification(wctx)
-		cancel()
-		if ctx.Err() != nil {
+		timer.Reset(poll)
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
-		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			lc.Conn().Close(context.Background()) //nolint:errcheck // reopened next round
-			lc.Release()
-			lc = nil
+		case <-wake:
+		case <-timer.C:
 		}
 	}
 }
@@ -755,7 +699,9 @@ func detailHandler(reg *registry.Registry, typ string) (registry.Handler, bool) 
 }
 
 func (o *ops) entityAsOf(ctx context.Context, c *conn, out io.Writer, h registry.Handler, tenant uuid.UUID, typ string, id uuid.UUID, at time.Time) error {
-	roles := append(h.Access.RoleNames(), "Admin")
+	// The handler's roles see the row; the tenant admin role sees the
+	// fields restricted to it.
+	roles := append(h.Access.RoleNames(), c.cfg.AdminRole)
 	caller := pipeline.Caller{
 		User:      feature.User{ID: cliUser, TenantID: tenant, Roles: roles, Authenticated: true},
 		RequestID: "cli-" + uuid.NewString(),
@@ -814,7 +760,10 @@ func (o *ops) tokenCmd() *cobra.Command {
 		Short: "Issue a development JWT (HS256, signed with KUMIKO_JWT_SECRET or the development secret, with KUMIKO_JWT_ISSUER and KUMIKO_JWT_AUDIENCE when set)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := o.cfg.FromEnv()
+			cfg := o.cfg.FromEnv().WithDefaults()
+			if !cmd.Flags().Changed("roles") {
+				roles = []string{cfg.AdminRole, "User"}
+			}
 			secret := cfg.JWTSecret
 			if secret == "" {
 				secret = devJWTSecret
@@ -841,7 +790,7 @@ func (o *ops) tokenCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&user, "user", "dev", "user id (the token's subject)")
 	fl.StringVar(&tenant, "tenant", devTenant, "tenant UUID")
-	fl.StringSliceVar(&roles, "roles", []string{"Admin", "User"}, "roles, comma-separated (Operator sees consumers, projections and metrics)")
+	fl.StringSliceVar(&roles, "roles", nil, "roles, comma-separated (default: the admin role and User; the operator role sees consumers, projections and metrics)")
 	fl.DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token is valid")
 	return cmd
 }

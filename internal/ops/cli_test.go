@@ -1,4 +1,4 @@
-package kumiko_test
+package ops_test
 
 import (
 	"bufio"
@@ -371,6 +371,13 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		}, jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer("https://idp.example"), jwt.WithAudience("tasks-api"))
 		require.NoError(t, err, "the token carries the configured issuer and audience")
 		require.Equal(t, []any{"Operator"}, claims["roles"])
+
+		// Without --roles: the configured admin role and User.
+		r = runCLI(t, bin, append(env, "KUMIKO_ADMIN_ROLE=Owner"), "token", "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		var roles struct{ Roles []string }
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &roles))
+		require.Equal(t, []string{"Owner", "User"}, roles.Roles)
 		fails("system tenant", "token", "--tenant", "00000000-0000-4000-8000-000000000000")
 
 		fails("not a non-nil UUID", "token", "--tenant", "nope")

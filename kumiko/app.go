@@ -1,0 +1,282 @@
+package kumiko
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// Parts are the wired components of an App, for tools and tests. HTTP and
+// Idempotency are nil in a worker.
+type Parts struct {
+	Config      Config
+	Pool        *pgxpool.Pool
+	Store       *eventstore.Store
+	Registry    *registry.Registry
+	Dispatcher  *pipeline.Dispatcher
+	Events      *pipeline.EventDispatcher
+	Idempotency idempotency.Store
+	HTTP        *khttp.Server
+	Metrics     *prometheus.Registry
+}
+
+// App is a wired server (New) or worker (BuildWorker). Start brings it up in
+// order — the database reachable and migrated, read tables in place, event
+// delivery, then the listeners; Stop takes it down in reverse, draining
+// requests and closing open event streams first. A failed Start stops what
+// it had started. Start and Stop must not run concurrently.
+type App struct {
+	parts    Parts
+	withHTTP bool
+	redis    *redis.Client // the idempotency store's client; nil without Config.RedisURL
+	addr     listenAddr
+	metrics  listenAddr
+
+	begun bool                              // Start was called
+	stops []func(ctx context.Context) error // of the started parts, in start order
+}
+
+// listenAddr is the address a listener bound, known once it started.
+type listenAddr struct {
+	mu   sync.Mutex
+	addr string
+}
+
+func (l *listenAddr) set(a string) { l.mu.Lock(); l.addr = a; l.mu.Unlock() }
+func (l *listenAddr) get() string  { l.mu.Lock(); defer l.mu.Unlock(); return l.addr }
+
+// New validates cfg, compiles the features and wires a server: the HTTP API
+// and the event dispatcher. An invalid Config or feature fails here, before
+// anything touches the network or the database; Start does that.
+func New(ctx context.Context, cfg Config, features ...*feature.Feature) (*App, error) {
+	return build(ctx, cfg, true, features)
+}
+
+// BuildServer is New, under the name it had before New existed.
+func BuildServer(ctx context.Context, cfg Config, features ...*feature.Feature) (*App, error) {
+	return New(ctx, cfg, features...)
+}
+
+// BuildWorker is New without the HTTP API: a process that only delivers
+// events to consumers (the worker side of an API/worker split).
+func BuildWorker(ctx context.Context, cfg Config, features ...*feature.Feature) (*App, error) {
+	return build(ctx, cfg, false, features)
+}
+
+func build(ctx context.Context, cfg Config, withHTTP bool, features []*feature.Feature) (*App, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("kumiko: %w", err)
+	}
+	reg, err := registry.Build(features...)
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.resolveInstanceID()
+	a := &App{withHTTP: withHTTP}
+	a.parts.Config, a.parts.Registry = cfg, reg
+	a.parts.Metrics = prometheus.NewRegistry()
+	a.parts.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if a.parts.Pool, err = newPool(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("kumiko: %w", err)
+	}
+	if err := a.wire(); err != nil {
+		a.close()
+		return nil, fmt.Errorf("kumiko: %w", err)
+	}
+	return a, nil
+}
+
+// newPool opens the pool lazily: it connects on first use.
+func newPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("Config.DatabaseURL: %w", err)
+	}
+	pc.MaxConns = cfg.MaxConns
+	if cfg.IdleInTransactionTimeout > 0 {
+		// A startup parameter: no round trip on any request.
+		ms := max(cfg.IdleInTransactionTimeout.Milliseconds(), 1) // 0 would switch it off
+		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(ms, 10)
+	}
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// wire builds the parts on the pool; none of them touches the network.
+func (a *App) wire() error {
+	p, cfg := &a.parts, a.parts.Config
+	var err error
+	if p.Store, err = eventstore.New(p.Pool, eventstore.Config{Schema: cfg.Schema, Upcaster: p.Registry, Logger: cfg.Logger}); err != nil {
+		return err
+	}
+	if p.Dispatcher, err = pipeline.New(p.Registry, p.Store, pipeline.Config{
+		Logger: cfg.Logger, Metrics: p.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
+	}); err != nil {
+		return err
+	}
+	consumers := p.Dispatcher.Consumers()
+	if a.withHTTP {
+		if err := a.wireHTTP(); err != nil {
+			return err
+		}
+		consumers = append(consumers, p.HTTP.EventsConsumer()) // feeds GET /api/events
+	}
+	p.Events, err = pipeline.NewEventDispatcher(p.Store, pipeline.EventDispatcherConfig{
+		InstanceID: cfg.InstanceID, Logger: cfg.Logger, Metrics: p.Metrics,
+	}, consumers...)
+	return err
+}
+
+// wireHTTP builds the idempotency store and the HTTP server.
+func (a *App) wireHTTP() error {
+	p, cfg := &a.parts, a.parts.Config
+	if cfg.RedisURL == "" {
+		cfg.Logger.Info("kumiko: no REDIS_URL; idempotency records live in this process only")
+		p.Idempotency = idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	} else {
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("Config.RedisURL: %w", err)
+		}
+		a.redis = redis.NewClient(opts)
+		p.Idempotency = idempotency.NewRedisStore(a.redis, idempotency.RedisConfig{})
+	}
+	var err error
+	p.HTTP, err = khttp.NewServer(khttp.Config{
+		JWTSecret:           []byte(cfg.JWTSecret),
+		Issuer:              cfg.JWTIssuer,
+		Audience:            cfg.JWTAudience,
+		AdminRole:           cfg.AdminRole,
+		OperatorRole:        cfg.OperatorRole,
+		SeparateMetrics:     cfg.MetricsAddr != "",
+		Idempotency:         p.Idempotency,
+		IdempotencyFailOpen: cfg.IdempotencyFailOpen,
+		Logger:              cfg.Logger,
+		Metrics:             p.Metrics,
+		Gatherer:            p.Metrics,
+		Ready:               p.Pool.Ping,
+	}, p.Dispatcher, p.Store)
+	return err
+}
+
+// step is one part of the start order: start brings it up, stop takes it
+// down; either may be nil.
+type step struct {
+	start, stop func(context.Context) error
+}
+
+// steps is the start order; Stop runs it backwards.
+func (a *App) steps() []step {
+	p := a.parts
+	cfg := p.Config
+	steps := []step{
+		{stop: func(context.Context) error { p.Pool.Close(); return nil }},
+		{start: a.migrate, stop: func(context.Context) error { p.Store.Close(); return nil }},
+		{start: p.Dispatcher.EnsureSchema},
+	}
+	if a.redis != nil {
+		steps = append(steps, step{stop: func(context.Context) error { return a.redis.Close() }})
+	}
+	steps = append(steps, step{start: p.Events.Start, stop: p.Events.Stop})
+	if cfg.MetricsAddr != "" {
+		steps = append(steps, metricsListener(cfg, p.Metrics, &a.metrics))
+	}
+	if a.withHTTP {
+		steps = append(steps, apiListener(cfg, p.HTTP, &a.addr))
+		if cfg.IdempotencyRetention >= 0 {
+			steps = append(steps, pruneIdempotencyKeys(cfg, p.Dispatcher))
+		}
+	}
+	return steps
+}
+
+// migrate checks the database answers and applies the event store's
+// migrations.
+func (a *App) migrate(ctx context.Context) error {
+	p := a.parts
+	if err := p.Pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database unreachable: %w", err)
+	}
+	applied, err := p.Store.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		p.Config.Logger.Info("kumiko: migrated the event store", "schema", p.Config.Schema, "applied", applied)
+	}
+	return nil
+}
+
+// Start connects, migrates, creates read tables, starts delivering events
+// and starts serving. When a step fails, it stops the steps before it and
+// returns the step's error.
+func (a *App) Start(ctx context.Context) error {
+	if a.begun {
+		return errors.New("kumiko: the app was started before")
+	}
+	a.begun = true
+	for _, s := range a.steps() {
+		if s.start != nil {
+			if err := s.start(ctx); err != nil {
+				return errors.Join(err, a.stopStarted(ctx))
+			}
+		}
+		if s.stop != nil {
+			a.stops = append(a.stops, s.stop)
+		}
+	}
+	return nil
+}
+
+// Stop shuts the listeners down gracefully (within Config.ShutdownTimeout),
+// stops delivering events, then closes the stores and the pool. Stopping an
+// app that never started releases its pool; stopping twice does nothing.
+func (a *App) Stop(ctx context.Context) error {
+	if !a.begun {
+		a.begun = true
+		a.close()
+		return nil
+	}
+	return a.stopStarted(ctx)
+}
+
+func (a *App) stopStarted(ctx context.Context) error {
+	var errs []error
+	for i := len(a.stops) - 1; i >= 0; i-- {
+		errs = append(errs, a.stops[i](ctx))
+	}
+	a.stops = nil
+	return errors.Join(errs...)
+}
+
+// close releases what New opened.
+func (a *App) close() {
+	if a.redis != nil {
+		_ = a.redis.Close()
+	}
+	a.parts.Pool.Close()
+}
+
+// Addr is the address the HTTP server listens on, once started.
+func (a *App) Addr() string { return a.addr.get() }
+
+// MetricsAddr is the address GET /metrics listens on when Config.MetricsAddr
+// is set, once started; empty otherwise.
+func (a *App) MetricsAddr() string { return a.metrics.get() }
+
+// Parts returns the wired components.
+func (a *App) Parts() Parts { return a.parts }
