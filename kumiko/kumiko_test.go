@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -11,11 +12,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
 	"go.uber.org/goleak"
 
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/kumiko"
 	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
@@ -48,7 +51,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}
 }
 
-// The server built with fx serves the sample, then stops gracefully.
+// The server BuildServer wires serves the sample, then stops gracefully.
 func TestBuildServerStartStop(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
@@ -125,4 +128,61 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Setenv("KUMIKO_INSTANCE_ID", "__shared__")
 	_, err := kumiko.BuildServer(context.Background(), kumiko.Config{JWTSecret: secret}.FromEnv(), tasks.Feature)
 	require.ErrorContains(t, err, `Config.InstanceID "__shared__" is reserved`)
+}
+
+// Module hooks App.Start and App.Stop into an fx lifecycle and provides
+// the parts.
+func TestModuleRunsTheAppInAnFxGraph(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	var (
+		app  *kumiko.App
+		disp *pipeline.Dispatcher
+	)
+	fxApp := fx.New(
+		fx.NopLogger,
+		kumiko.Module(ctx, kumiko.Config{
+			DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret, Addr: "127.0.0.1:0", InstanceID: "fx-1",
+		}, tasks.Feature),
+		fx.Populate(&app, &disp),
+	)
+	require.NoError(t, fxApp.Err())
+	require.Same(t, app.Parts().Dispatcher, disp)
+	require.NoError(t, fxApp.Start(ctx))
+	resp, err := http.Get("http://" + app.Addr() + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'read_task'", db.Schema))
+	require.NoError(t, fxApp.Stop(ctx))
+
+	bad := fx.New(fx.NopLogger, kumiko.Module(ctx, kumiko.Config{JWTSecret: secret}, tasks.Feature), fx.Populate(&app))
+	require.ErrorContains(t, bad.Err(), "Config.DatabaseURL is required")
+}
+
+// A Start that fails stops what it started; Stop after it, or on an app
+// that never started, releases the rest (goleak checks the pool's
+// goroutines).
+func TestStartRollsBackAndStopReleases(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	app, err := kumiko.New(ctx, kumiko.Config{
+		DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret, Addr: taken.Addr().String(), InstanceID: "rollback",
+	}, tasks.Feature)
+	require.NoError(t, err)
+	err = app.Start(ctx)
+	require.ErrorContains(t, err, "listen "+taken.Addr().String()+" (http)")
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'read_task'", db.Schema),
+		"the steps before the listener ran")
+	require.NoError(t, app.Stop(ctx))
+	require.ErrorContains(t, app.Start(ctx), "started before")
+
+	never, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret, InstanceID: "never"}, tasks.Feature)
+	require.NoError(t, err)
+	require.NoError(t, never.Stop(ctx))
 }
