@@ -20,7 +20,7 @@ func (s *Store) TailStart(ctx context.Context, f ReadFilter, n int) (int64, erro
 	var pos int64
 	if n <= 0 {
 		if err := s.pool.QueryRow(ctx, s.sql.head).Scan(&pos); err != nil {
-			return 0, fmt.Errorf("tail start: %w", err)
+			return 0, TranslateError(fmt.Errorf("tail start: %w", err))
 		}
 		return pos, nil
 	}
@@ -31,7 +31,7 @@ func (s *Store) TailStart(ctx context.Context, f ReadFilter, n int) (int64, erro
 	}
 	err := s.pool.QueryRow(ctx, s.sql.tailStart, tenant, nilIfEmpty(f.AggregateTypes), nilIfEmpty(f.Types), n).Scan(&pos)
 	if err != nil {
-		return 0, fmt.Errorf("tail start: %w", err)
+		return 0, TranslateError(fmt.Errorf("tail start: %w", err))
 	}
 	return pos, nil
 }
@@ -49,7 +49,8 @@ func (s *Store) TailStart(ctx context.Context, f ReadFilter, n int) (int64, erro
 //
 // When every event reached fn, the position is the horizon (which may lie
 // past the last matching event); when fn or a read fails, it is the last
-// event fn accepted, and fn's error is returned as is.
+// event fn accepted, and fn's error is returned as is. Errors of the
+// database are translated like every error of the store (ErrUnavailable).
 func (s *Store) Tail(ctx context.Context, after int64, f ReadFilter, fn func(Event) error) (int64, error) {
 	var h Horizon
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -58,7 +59,7 @@ func (s *Store) Tail(ctx context.Context, after int64, f ReadFilter, fn func(Eve
 		return err
 	})
 	if err != nil {
-		return after, fmt.Errorf("tail after %d: %w", after, err)
+		return after, TranslateError(fmt.Errorf("tail after %d: %w", after, err))
 	}
 	pos := after
 	for e, err := range s.ReadAll(ctx, after, f) {
