@@ -4,7 +4,8 @@
 // wrapper over New for applications that compose their own fx graph.
 //
 // The command line of an app binary (serve, worker and the operations
-// commands) is kumiko/cli.Main; this package does not depend on it.
+// commands) is Main in package github.com/kumiko-go/kumiko/cli; this
+// package does not depend on it, nor on a command-line library.
 //
 // Every part New wires is also constructible by hand: eventstore.New,
 // registry.Build, pipeline.New, idempotency.NewRedisStore or

@@ -2,7 +2,8 @@
 // app binary, and the operations commands (migrate, consumer, inspect,
 // events, token, and with the app's features project and snapshot) that app
 // binaries share with cmd/kumiko. App binaries reach it through
-// kumiko/cli.Main; cmd/kumiko uses Generic.
+// cli.Main (package github.com/kumiko-go/kumiko/cli); cmd/kumiko uses
+// Generic.
 //
 // The commands read and change the database only through the packages that
 // own its tables (eventstore, pipeline); they hold no SQL of their own.

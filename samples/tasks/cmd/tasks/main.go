@@ -5,8 +5,8 @@
 package main
 
 import (
+	"github.com/kumiko-go/kumiko/cli"
 	"github.com/kumiko-go/kumiko/kumiko"
-	"github.com/kumiko-go/kumiko/kumiko/cli"
 	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
