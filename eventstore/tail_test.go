@@ -24,6 +24,19 @@ func tail(t *testing.T, s *eventstore.Store, after int64, f eventstore.ReadFilte
 	return ids, pos
 }
 
+// appendNew appends one event of each type, each to a new stream, and
+// returns their ids.
+func appendNew(t *testing.T, s *eventstore.Store, types ...string) []int64 {
+	t.Helper()
+	var ids []int64
+	for _, typ := range types {
+		res, err := s.Append(context.Background(), eventstore.Stream{TenantID: tenantA, AggregateType: "task"}, 0, ev(typ, `{}`))
+		require.NoError(t, err)
+		ids = append(ids, res.Events[0].ID)
+	}
+	return ids
+}
+
 // TailStart finds the last n matching events; Tail yields them, filtered,
 // and moves the position past what did not match.
 func TestTailStartAndFilter(t *testing.T) {
@@ -31,16 +44,7 @@ func TestTailStartAndFilter(t *testing.T) {
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
 	s := db.Store
-	var ids []int64
-	for i := range 5 {
-		typ := "task.created"
-		if i%2 == 1 {
-			typ = "task.noted"
-		}
-		res, err := s.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "task"}, 0, ev(typ, `{}`))
-		require.NoError(t, err)
-		ids = append(ids, res.Events[0].ID)
-	}
+	ids := appendNew(t, s, "task.created", "task.noted", "task.created", "task.noted", "task.created")
 	head, err := s.TailStart(ctx, eventstore.ReadFilter{}, 0)
 	require.NoError(t, err)
 	require.Equal(t, ids[4], head)
@@ -57,11 +61,10 @@ func TestTailStartAndFilter(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, start, "fewer than n: from the beginning")
 
-	res, err := s.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "task"}, 0, ev("task.noted", `{}`))
-	require.NoError(t, err)
+	noted := appendNew(t, s, "task.noted")
 	got, pos = tail(t, s, pos, created)
 	require.Empty(t, got)
-	require.Equal(t, res.Events[0].ID, pos, "the position moves past events that do not match")
+	require.Equal(t, noted[0], pos, "the position moves past events that do not match")
 }
 
 // Tail waits for the writers in flight: an event that commits after a
@@ -102,12 +105,7 @@ func TestTailStopsAtCallbackError(t *testing.T) {
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
 	s := db.Store
-	var ids []int64
-	for range 3 {
-		res, err := s.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "task"}, 0, ev("task.created", `{}`))
-		require.NoError(t, err)
-		ids = append(ids, res.Events[0].ID)
-	}
+	ids := appendNew(t, s, "task.created", "task.created", "task.created")
 	errFull := errors.New("full")
 	pos, err := s.Tail(ctx, 0, eventstore.ReadFilter{}, func(e eventstore.Event) error {
 		if e.ID == ids[1] {
