@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -140,4 +141,35 @@ func TestDeleteAnswersVersionAfter(t *testing.T) {
 	out = write(t, app, alice, "task.delete", fmt.Sprintf(`{"id":%q}`, soft))
 	require.Equal(t, float64(2), out["version"])
 	require.Equal(t, 2, head(soft))
+}
+
+// jsonDocs is an entity with a json field, for TestJSONFieldsKeepTheirValue.
+var jsonDocs = feature.Define("jsondocs", func(r *feature.Registrar) {
+	r.Entity("doc", feature.Fields{"meta": feature.JSON()})
+	r.Crud("doc", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
+})
+
+// A json field stores exactly the JSON value written: a string stays a
+// string (before, its text was cast as JSON: "NaN" failed with 500 and "1"
+// was stored as the number 1), in creates, updates, filters and reads alike.
+func TestJSONFieldsKeepTheirValue(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{jsonDocs})
+	for _, v := range []string{`"NaN"`, `"1"`, `"{\"a\":1}"`, `""`, `"x\"y"`, `"true"`, `1.5`, `true`, `{"a":[1,"x",null]}`, `["NaN"]`} {
+		created := write(t, app, alice, "doc.create", `{"meta":`+v+`}`)
+		id := created["id"].(string)
+		var want any
+		require.NoError(t, json.Unmarshal([]byte(v), &want))
+		require.Equal(t, want, created["meta"], v)
+		require.Equal(t, want, row(t, query(t, app, alice, "doc.detail", fmt.Sprintf(`{"id":%q}`, id)))["meta"], "detail of %s", v)
+
+		list := row(t, query(t, app, alice, "doc.list", `{"filter":{"meta":`+v+`}}`))
+		rows, _ := list["rows"].([]any)
+		require.Len(t, rows, 1, "filter by %s", v)
+		require.Equal(t, id, rows[0].(map[string]any)["id"])
+
+		updated := write(t, app, alice, "doc.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"meta":%s}}`, id, `["u",`+v+`]`))
+		require.Equal(t, []any{"u", want}, updated["meta"], v)
+		require.Equal(t, []any{"u", want}, row(t, query(t, app, alice, "doc.detail", fmt.Sprintf(`{"id":%q}`, id)))["meta"], "detail after update of %s", v)
+	}
 }

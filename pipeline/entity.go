@@ -83,7 +83,7 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 			return nil, err
 		}
 		for _, f := range t.fields {
-			args = append(args, toText(fields[f]))
+			args = append(args, toText(fields[f], t.specs[f].Type.ColumnType()))
 		}
 		if _, err := db.Exec(ctx, t.insert, args...); err != nil {
 			return nil, fmt.Errorf("%s: apply %s: %w", t.table, ev.Type, err)
@@ -101,7 +101,7 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 			if !ok {
 				continue
 			}
-			args = append(args, toText(v))
+			args = append(args, toText(v, t.specs[f].Type.ColumnType()))
 			sets = append(sets, fmt.Sprintf("%s = $%d::text::%s", t.cols[f], len(args), t.specs[f].Type.ColumnType()))
 		}
 		sql = fmt.Sprintf("UPDATE %s SET %s WHERE id = $1 AND tenant_id = $2%s RETURNING %s",
@@ -188,8 +188,17 @@ func formatTime(t time.Time) string {
 }
 
 // toText renders a normalised field value as the text the SQL casts to the
-// column type; nil stays NULL.
-func toText(v any) any {
+// column type colType; nil stays NULL. A jsonb column always gets the value's
+// JSON text, so a string in a json field stays a string (the text "NaN"
+// or "1" would otherwise be cast as JSON: an error, or a number).
+func toText(v any, colType string) any {
+	if v != nil && colType == feature.TypeJSON.ColumnType() {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil
+		}
+		return string(b)
+	}
 	switch x := v.(type) {
 	case nil:
 		return nil

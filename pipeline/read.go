@@ -235,7 +235,7 @@ func (d *Dispatcher) list(ctx context.Context, c *Caller, t *entityTable, in reg
 func (d *Dispatcher) listRows(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
 	args := []any{[16]byte(d.tenantOf(t, c))}
 	arg := func(v any, typ string) string {
-		args = append(args, toText(v))
+		args = append(args, toText(v, typ))
 		return fmt.Sprintf("$%d::text::%s", len(args), typ)
 	}
 	where := []string{"tenant_id = $1"}
