@@ -18,13 +18,19 @@ var (
 	maxTime = time.Date(9999, time.December, 31, 23, 59, 59, 999999000, time.UTC)
 )
 
+// maxOffset bounds a time's UTC offset (exclusive): RFC 3339 offsets have
+// hours 00–23, and time.Time's JSON encoding refuses any other.
+const maxOffset = 24 * 60 * 60
+
 const timeRangeMessage = "must lie between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z"
 
 // ParseTime reads a timestamp the way payload fields, list filters, asOf
 // values and list cursors are read: RFC 3339, returned in UTC and truncated
 // to microseconds (the column's precision). A value outside years 1 to 9999
 // once in UTC is refused, whatever its offset: the database could not store
-// it, or its RFC 3339 form could not be read back.
+// it, or its RFC 3339 form could not be read back. So is an offset of 24
+// hours or more ("+24:00", which time.Parse accepts but RFC 3339 does not):
+// a time.Time carrying it cannot be encoded as JSON.
 func ParseTime(s string) (time.Time, error) {
 	t, code, msg := parseTime(s)
 	if code != "" {
@@ -39,6 +45,9 @@ func parseTime(v any) (t time.Time, code, msg string) {
 	t, ok := toTime(v)
 	if !ok {
 		return time.Time{}, "type", "must be an RFC 3339 timestamp"
+	}
+	if _, off := t.Zone(); off <= -maxOffset || off >= maxOffset {
+		return time.Time{}, "type", "must be an RFC 3339 timestamp (UTC offset at most 23:59)"
 	}
 	t = t.UTC().Truncate(time.Microsecond)
 	if t.Before(minTime) || t.After(maxTime) {

@@ -103,3 +103,41 @@ func TestListSortLimits(t *testing.T) {
 	require.NoError(t, json.Unmarshal(tasks.Schema("task.list"), &schema))
 	require.Equal(t, registry.MaxSortKeys, schema.Properties.Sort.MaxItems, "the schema states the limit")
 }
+
+// An offset of 24 hours or more is no RFC 3339 offset, though time.Parse
+// takes it; a Go payload's time.Time carrying one could not be encoded, so
+// the event append or the handler's answer failed with 500. It is refused
+// wherever a time is read.
+func TestTimeOffsetsOfADayOrMore(t *testing.T) {
+	t.Parallel()
+	tasks, err := registry.Build(tasksFeature(), usersFeature())
+	require.NoError(t, err)
+	orders := orderRegistry(t)
+	const id = `"0190b3c6-8c6e-7cc0-9a6c-5b2b1c7d8e9f"`
+	for _, c := range []struct {
+		reg           *registry.Registry
+		name, payload string
+		path          string
+	}{
+		{tasks, "task.create", `{"title":"x","dueAt":%s}`, "dueAt"},
+		{tasks, "task.update", `{"id":` + id + `,"version":1,"changes":{"dueAt":%s}}`, "changes.dueAt"},
+		{tasks, "task.list", `{"filter":{"dueAt":%s}}`, "filter.dueAt"},
+		{tasks, "task.list", `{"asOf":%s}`, "asOf"},
+		{orders, "order.placed", strings.Replace(validOrder, `"placedAt": "2026-04-15T10:00:00Z"`, `"placedAt": %s`, 1), "placedAt"},
+	} {
+		for _, v := range []string{"2026-01-01T00:00:00+24:00", "2026-01-01T00:00:00-24:00", "2026-01-01T00:00:00+23:60", "2026-01-01T00:00:00-24:59"} {
+			_, err := c.reg.DecodePayload(c.name, json.RawMessage(strings.Replace(c.payload, "%s", `"`+v+`"`, 1)))
+			var ve *registry.ValidationError
+			require.ErrorAs(t, err, &ve, "%s %s", c.name, v)
+			require.Len(t, ve.Fields, 1, "%s %s", c.name, v)
+			require.Equal(t, c.path, ve.Fields[0].Path)
+			require.Equal(t, "type", ve.Fields[0].Code)
+		}
+		for _, v := range []string{"2026-01-01T00:00:00+23:59", "2026-01-01T00:00:00-23:59"} {
+			_, err := c.reg.DecodePayload(c.name, json.RawMessage(strings.Replace(c.payload, "%s", `"`+v+`"`, 1)))
+			require.NoError(t, err, "%s %s", c.name, v)
+		}
+	}
+	_, err = registry.ParseTime("2026-01-01T00:00:00+24:00")
+	require.Error(t, err)
+}
