@@ -166,3 +166,45 @@ func TestAsOfListTimeoutIs503(t *testing.T) {
 	r = doOn(t, srv, request{path: "/api/query", token: alice, body: strings.NewReader(asOf)})
 	require.Equal(t, 200, r.status, r.String())
 }
+
+// A request stuck in the database — here behind a table lock — ends at
+// RequestTimeout: its statement is cancelled, its transaction rolls back
+// and its connection returns to the pool, and the client gets 503
+// unavailable (timeout) instead of waiting as long as the lock is held.
+func TestRequestTimeoutEndsAStuckRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *khttp.Config) { c.RequestTimeout = 300 * time.Millisecond })
+	alice := token(t, "alice", tenantA, "Admin", "User")
+	id := e.create(alice, "locked")["id"].(string)
+	before := e.events()
+
+	bg := context.Background()
+	tx, err := e.app.Pool.Begin(bg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(bg) })
+	var holder int
+	require.NoError(t, tx.QueryRow(bg, `SELECT pg_backend_pid()`).Scan(&holder))
+	_, err = tx.Exec(bg, `LOCK TABLE read_task IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	update := fmt.Sprintf(`{"type":"task.update","payload":{"id":%q,"version":1,"changes":{"done":true}}}`, id)
+	for _, c := range []struct{ path, body string }{
+		{"/api/query", `{"type":"task.list","payload":{}}`},
+		{"/api/query", fmt.Sprintf(`{"type":"task.detail","payload":{"id":%q}}`, id)},
+		{"/api/write", update},
+		{"/api/batch", `{"commands":[` + update + `]}`},
+		{"/api/command", fmt.Sprintf(`{"type":"task.complete","payload":{"id":%q,"version":1}}`, id)},
+	} {
+		r := e.post(c.path, alice, c.body)
+		requireProblem(t, r, 503, "unavailable", "timeout")
+	}
+	// Nothing waits for the lock any more: every statement was cancelled.
+	require.Eventually(t, func() bool {
+		return e.app.Count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder) == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, before, e.events(), "nothing was written")
+
+	require.NoError(t, tx.Rollback(bg))
+	r := e.post("/api/write", alice, update)
+	require.Equal(t, 200, r.status, r.String())
+}

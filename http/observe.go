@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,19 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		info.log.Log(req.Context(), level, "request", "method", req.Method, "route", route, "path", req.URL.Path,
 			"status", status, "bytes", c.Response().Size, "duration", elapsed)
 		return nil
+	}
+}
+
+// deadline ends the request's context after Config.RequestTimeout.
+func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
+	if s.cfg.RequestTimeout <= 0 {
+		return next
+	}
+	return func(c echo.Context) error {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
 	}
 }
 

@@ -140,6 +140,14 @@ type Config struct {
 	// SSEHeartbeat is how often GET /api/events sends a `: ping` comment
 	// to keep an idle stream open through proxies. Default 15s.
 	SSEHeartbeat time.Duration
+	// RequestTimeout bounds each request of the API routes but the event
+	// stream: past it the request's context ends, so a handler stuck on a
+	// slow statement or a lock wait is cancelled, its transaction rolls
+	// back and its connection returns to the pool, and the client gets 503
+	// unavailable (timeout). A handler that ignores its context is not
+	// stopped. Zero: no bound (the facade sets one, see
+	// kumiko.Config.RequestTimeout).
+	RequestTimeout time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -197,6 +205,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("http: Config.IdempotencyMaxResponse must not be negative, got %d", c.IdempotencyMaxResponse)
 	case c.SSEHeartbeat < 0:
 		return fmt.Errorf("http: Config.SSEHeartbeat must not be negative, got %s", c.SSEHeartbeat)
+	case c.RequestTimeout < 0:
+		return fmt.Errorf("http: Config.RequestTimeout must not be negative, got %s", c.RequestTimeout)
 	case c.Gatherer == nil:
 		return errors.New("http: Config.Gatherer is required when Config.Metrics is not a prometheus.Gatherer")
 	}
@@ -272,14 +282,14 @@ func (s *Server) routeAll() *echo.Echo {
 	// Route-level middleware, not a group's: a group's catch-all would turn
 	// every 405 under /api into a 404.
 	single, batch := s.readBody(1), s.readBody(3) // envelope levels above the payload
-	e.POST("/api/write", s.write, s.authenticate, single, s.idempotent)
-	e.POST("/api/batch", s.batch, s.authenticate, batch, s.idempotent)
-	e.POST("/api/query", s.query, s.authenticate, single)
-	e.POST("/api/command", s.command, s.authenticate, single, s.idempotent)
-	e.GET("/api/inspect/:aggregateType/:id", s.inspect, s.authenticate)
+	e.POST("/api/write", s.write, s.deadline, s.authenticate, single, s.idempotent)
+	e.POST("/api/batch", s.batch, s.deadline, s.authenticate, batch, s.idempotent)
+	e.POST("/api/query", s.query, s.deadline, s.authenticate, single)
+	e.POST("/api/command", s.command, s.deadline, s.authenticate, single, s.idempotent)
+	e.GET("/api/inspect/:aggregateType/:id", s.inspect, s.deadline, s.authenticate)
 	e.GET("/api/events", s.events, s.authenticate)
-	e.GET("/api/consumers", s.consumers, s.authenticate)
-	e.GET("/api/projections", s.projections, s.authenticate)
+	e.GET("/api/consumers", s.consumers, s.deadline, s.authenticate)
+	e.GET("/api/projections", s.projections, s.deadline, s.authenticate)
 
 	if !s.cfg.SeparateMetrics {
 		e.GET("/metrics", s.metricsFor(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})), s.authenticate)

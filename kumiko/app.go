@@ -169,6 +169,7 @@ func (a *App) wireHTTP() error {
 		Metrics:             p.Metrics,
 		Gatherer:            p.Metrics,
 		Ready:               p.Pool.Ping,
+		RequestTimeout:      max(cfg.RequestTimeout, 0),
 	}, p.Dispatcher, p.Store)
 	return err
 }

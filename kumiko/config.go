@@ -111,6 +111,13 @@ type Config struct {
 	// IdleTimeout closes a keep-alive connection that waits this long for
 	// its next request. Default 120s.
 	IdleTimeout time.Duration
+	// RequestTimeout bounds the work of one API request (every route but
+	// GET /api/events): past it the request's statements are cancelled,
+	// its transaction rolls back, its connection returns to the pool, and
+	// it answers 503 unavailable (timeout). It must stay below a positive
+	// WriteTimeout, so that answer can still be written. Default 30s, or
+	// half of a WriteTimeout of 30s or less; negative: no bound.
+	RequestTimeout time.Duration
 	// MaxHeaderBytes caps the size of a request's headers (net/http allows
 	// 4 KiB of slack); larger ones answer 431. Default 64 KiB.
 	MaxHeaderBytes int
@@ -134,6 +141,7 @@ const (
 	DefaultReadTimeout              = 30 * time.Second
 	DefaultWriteTimeout             = 60 * time.Second
 	DefaultIdleTimeout              = 120 * time.Second
+	DefaultRequestTimeout           = 30 * time.Second
 	DefaultMaxHeaderBytes           = 64 << 10
 	DefaultIdempotencyRetention     = 7 * 24 * time.Hour
 	DefaultIdempotencyPruneInterval = time.Hour
@@ -185,6 +193,12 @@ func (c Config) withLimitDefaults() Config {
 	def(&c.ReadTimeout, DefaultReadTimeout)
 	def(&c.WriteTimeout, DefaultWriteTimeout)
 	def(&c.IdleTimeout, DefaultIdleTimeout)
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+		if c.WriteTimeout > 0 && c.WriteTimeout <= c.RequestTimeout {
+			c.RequestTimeout = c.WriteTimeout / 2
+		}
+	}
 	def(&c.IdempotencyRetention, DefaultIdempotencyRetention)
 	def(&c.IdempotencyPruneInterval, DefaultIdempotencyPruneInterval)
 	if c.MaxHeaderBytes == 0 {
@@ -234,6 +248,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxHeaderBytes < 0 {
 		errs = append(errs, errors.New("Config.MaxHeaderBytes must not be negative"))
+	}
+	if c.RequestTimeout > 0 && c.WriteTimeout > 0 && c.RequestTimeout >= c.WriteTimeout {
+		errs = append(errs, errors.New("Config.RequestTimeout must be less than Config.WriteTimeout, or negative (off)"))
 	}
 	if c.IdempotencyRetention > 0 && c.IdempotencyRetention < MinIdempotencyRetention {
 		errs = append(errs, fmt.Errorf("Config.IdempotencyRetention must be at least %s (the replay TTL) or negative (never prune)", MinIdempotencyRetention))

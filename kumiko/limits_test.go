@@ -229,6 +229,9 @@ func TestLimitConfigValidation(t *testing.T) {
 		"Config.IdempotencyRetention must be at least 24h0m0s": func(c *kumiko.Config) { c.IdempotencyRetention = time.Hour },
 		"Config.MaxHeaderBytes must not be negative":           func(c *kumiko.Config) { c.MaxHeaderBytes = -1 },
 		"Config.IdempotencyPruneInterval must not be negative": func(c *kumiko.Config) { c.IdempotencyPruneInterval = -time.Second },
+		"Config.RequestTimeout must be less than Config.WriteTimeout": func(c *kumiko.Config) {
+			c.RequestTimeout, c.WriteTimeout = time.Minute, time.Minute
+		},
 	}
 	for want, mutate := range cases {
 		cfg := base
@@ -237,6 +240,32 @@ func TestLimitConfigValidation(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 	cfg := kumiko.Config{}.WithDefaults()
-	require.Equal(t, fmt.Sprint(30*time.Second, 60*time.Second, 120*time.Second, 64<<10, 7*24*time.Hour),
-		fmt.Sprint(cfg.ReadTimeout, cfg.WriteTimeout, cfg.IdleTimeout, cfg.MaxHeaderBytes, cfg.IdempotencyRetention))
+	require.Equal(t, fmt.Sprint(30*time.Second, 60*time.Second, 120*time.Second, 64<<10, 7*24*time.Hour, 30*time.Second),
+		fmt.Sprint(cfg.ReadTimeout, cfg.WriteTimeout, cfg.IdleTimeout, cfg.MaxHeaderBytes, cfg.IdempotencyRetention, cfg.RequestTimeout))
+	require.Equal(t, 5*time.Second, kumiko.Config{WriteTimeout: 10 * time.Second}.WithDefaults().RequestTimeout,
+		"a short WriteTimeout leaves room for the timeout's answer")
+}
+
+// A request stuck behind a lock ends at RequestTimeout with 503 unavailable
+// (timeout), well inside WriteTimeout, instead of holding its connection
+// for as long as the lock is held.
+func TestServerRequestTimeout(t *testing.T) {
+	t.Parallel()
+	app, db := startLimited(t, kumiko.Config{RequestTimeout: 300 * time.Millisecond})
+	token, err := khttp.IssueToken([]byte(secret), "u-1", "01900000-0000-7000-8000-000000000001", []string{"User"}, time.Hour)
+	require.NoError(t, err)
+	base := "http://" + app.Addr()
+	post(t, base+"/api/write", token, `{"type":"task.create","payload":{"title":"locked"}}`, http.StatusOK)
+
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, `LOCK TABLE read_task IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	body := post(t, base+"/api/query", token, `{"type":"task.list","payload":{}}`, http.StatusServiceUnavailable)
+	require.Contains(t, body, `"reason":"timeout"`)
+	require.NoError(t, tx.Rollback(ctx))
+	post(t, base+"/api/query", token, `{"type":"task.list","payload":{}}`, http.StatusOK)
 }
