@@ -16,24 +16,10 @@ import (
 // stores nothing before year 1 and RFC 3339 writes nothing after 9999.
 func TestTimesOutsideTheStorableRange(t *testing.T) {
 	t.Parallel()
-	tasks, err := registry.Build(tasksFeature(), usersFeature())
-	require.NoError(t, err)
-	orders := orderRegistry(t)
-	const id = `"0190b3c6-8c6e-7cc0-9a6c-5b2b1c7d8e9f"`
+	tasks, cases := timeCases(t)
 	outside := []string{"0000-01-01T00:00:00Z", "0001-01-01T00:59:59+01:00", "9999-12-31T23:00:00-02:00"}
 	inside := []string{"0001-01-01T00:00:00Z", "0001-01-01T00:00:00-01:00", "9999-12-31T23:59:59.999999999Z", "9999-12-31T20:59:59+03:00"}
-	for _, c := range []struct {
-		reg           *registry.Registry
-		name, payload string
-		path          string
-	}{
-		{tasks, "task.create", `{"title":"x","dueAt":%s}`, "dueAt"},
-		{tasks, "task.update", `{"id":` + id + `,"version":1,"changes":{"dueAt":%s}}`, "changes.dueAt"},
-		{tasks, "task.list", `{"filter":{"dueAt":%s}}`, "filter.dueAt"},
-		{tasks, "task.list", `{"asOf":%s}`, "asOf"},
-		{tasks, "task.detail", `{"id":` + id + `,"asOf":%s}`, "asOf"},
-		{orders, "order.placed", strings.Replace(validOrder, `"placedAt": "2026-04-15T10:00:00Z"`, `"placedAt": %s`, 1), "placedAt"},
-	} {
+	for _, c := range cases {
 		require.Contains(t, c.payload, "%s")
 		for _, v := range outside {
 			_, err := c.reg.DecodePayload(c.name, json.RawMessage(strings.Replace(c.payload, "%s", `"`+v+`"`, 1)))
@@ -110,21 +96,8 @@ func TestListSortLimits(t *testing.T) {
 // wherever a time is read.
 func TestTimeOffsetsOfADayOrMore(t *testing.T) {
 	t.Parallel()
-	tasks, err := registry.Build(tasksFeature(), usersFeature())
-	require.NoError(t, err)
-	orders := orderRegistry(t)
-	const id = `"0190b3c6-8c6e-7cc0-9a6c-5b2b1c7d8e9f"`
-	for _, c := range []struct {
-		reg           *registry.Registry
-		name, payload string
-		path          string
-	}{
-		{tasks, "task.create", `{"title":"x","dueAt":%s}`, "dueAt"},
-		{tasks, "task.update", `{"id":` + id + `,"version":1,"changes":{"dueAt":%s}}`, "changes.dueAt"},
-		{tasks, "task.list", `{"filter":{"dueAt":%s}}`, "filter.dueAt"},
-		{tasks, "task.list", `{"asOf":%s}`, "asOf"},
-		{orders, "order.placed", strings.Replace(validOrder, `"placedAt": "2026-04-15T10:00:00Z"`, `"placedAt": %s`, 1), "placedAt"},
-	} {
+	_, cases := timeCases(t)
+	for _, c := range cases {
 		for _, v := range []string{"2026-01-01T00:00:00+24:00", "2026-01-01T00:00:00-24:00", "2026-01-01T00:00:00+23:60", "2026-01-01T00:00:00-24:59"} {
 			_, err := c.reg.DecodePayload(c.name, json.RawMessage(strings.Replace(c.payload, "%s", `"`+v+`"`, 1)))
 			var ve *registry.ValidationError
@@ -138,6 +111,32 @@ func TestTimeOffsetsOfADayOrMore(t *testing.T) {
 			require.NoError(t, err, "%s %s", c.name, v)
 		}
 	}
-	_, err = registry.ParseTime("2026-01-01T00:00:00+24:00")
+	_, err := registry.ParseTime("2026-01-01T00:00:00+24:00")
 	require.Error(t, err)
+}
+
+// timeCase is a payload holding one time at %s, and the path a problem with
+// it names.
+type timeCase struct {
+	reg           *registry.Registry
+	name, payload string
+	path          string
+}
+
+// timeCases are the places a payload brings a time: entity fields, filters,
+// asOf and a Go payload type. It returns the tasks registry too.
+func timeCases(t *testing.T) (*registry.Registry, []timeCase) {
+	t.Helper()
+	tasks, err := registry.Build(tasksFeature(), usersFeature())
+	require.NoError(t, err)
+	orders := orderRegistry(t)
+	const id = `"0190b3c6-8c6e-7cc0-9a6c-5b2b1c7d8e9f"`
+	return tasks, []timeCase{
+		{tasks, "task.create", `{"title":"x","dueAt":%s}`, "dueAt"},
+		{tasks, "task.update", `{"id":` + id + `,"version":1,"changes":{"dueAt":%s}}`, "changes.dueAt"},
+		{tasks, "task.list", `{"filter":{"dueAt":%s}}`, "filter.dueAt"},
+		{tasks, "task.list", `{"asOf":%s}`, "asOf"},
+		{tasks, "task.detail", `{"id":` + id + `,"asOf":%s}`, "asOf"},
+		{orders, "order.placed", strings.Replace(validOrder, `"placedAt": "2026-04-15T10:00:00Z"`, `"placedAt": %s`, 1), "placedAt"},
+	}
 }
