@@ -113,7 +113,7 @@ type Definitions struct {
 	Migrations  []MigrationDef
 	Handlers    []HandlerDef
 	Projections []ProjectionDef
-	MSPs        []MSP
+	MSPs        []MultiStreamProjection
 	// Problems are mistakes found while recording; each fails the boot.
 	Problems []Problem
 }
@@ -322,7 +322,7 @@ func (r *Registrar) Projection(name string, p InlineProjection) {
 // MultiStreamProjection declares an asynchronous consumer of committed events
 // of any stream and any feature: a read model in m.Table, or, without a table,
 // a side-effect consumer (mail, webhooks). Zero settings take their defaults.
-func (r *Registrar) MultiStreamProjection(m MSP) {
+func (r *Registrar) MultiStreamProjection(m MultiStreamProjection) {
 	def := m.clone()
 	r.record(item("msp", m.Name), func(d *Definitions) { d.MSPs = append(d.MSPs, def) })
 }

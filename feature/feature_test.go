@@ -36,7 +36,7 @@ func TestDefineRecordsDeclarationsWithDefaults(t *testing.T) {
 		r.Command("task.complete", completeTask{}, feature.Roles("User"), func(feature.CommandContext, completeTask) (any, error) { return nil, nil })
 		feature.HandleQuery(r, "task.stats", feature.AnyUser(), func(feature.CommandContext, completeTask) (any, error) { return "ok", nil })
 		r.Projection("tasks_by_month", feature.InlineProjection{Source: "task", Apply: map[string]feature.ProjectionApplyFunc{"task.created": noopProject}})
-		r.MultiStreamProjection(feature.MSP{Name: "mailer", Apply: map[string]feature.ApplyFunc{"task.completed": noopApply}})
+		r.MultiStreamProjection(feature.MultiStreamProjection{Name: "mailer", Apply: map[string]feature.ApplyFunc{"task.completed": noopApply}})
 	})
 	// Changing a builder after Entity does not change what was recorded.
 	title.MaxLen(5)
@@ -95,7 +95,7 @@ func TestDefinitionsAreCopies(t *testing.T) {
 	table := &feature.TableDef{Name: "t", Columns: []feature.Column{{Name: "a", Type: "text"}}}
 	f := feature.Define("f", func(r *feature.Registrar) {
 		r.Entity("e", feature.Fields{"kind": feature.Enum("a", "b")})
-		r.MultiStreamProjection(feature.MSP{Name: "m", Table: table, Apply: apply})
+		r.MultiStreamProjection(feature.MultiStreamProjection{Name: "m", Table: table, Apply: apply})
 	})
 	// Changing the caller's values after Define changes nothing recorded.
 	apply["c.d"] = noopApply

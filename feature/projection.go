@@ -125,12 +125,13 @@ const (
 	DefaultBatchSize   = 200
 )
 
-// MSP is a multi-stream projection: an asynchronous consumer of committed
-// events of any stream, tenant and feature, delivered in event-id order. With
+// MultiStreamProjection is an asynchronous consumer of committed events of
+// any stream, tenant and feature, delivered in event-id order; declare it
+// with [Registrar.MultiStreamProjection]. With
 // a Table its writes share the pass transaction with the consumer's cursor, so
 // an event's effects and the cursor move together; without one it is a
 // side-effect consumer (mail, webhooks) whose effects are at-least-once.
-type MSP struct {
+type MultiStreamProjection struct {
 	// Name is lowercase (letters, digits, '-', '_', '.') and unique among the
 	// app's projections.
 	Name string
@@ -155,7 +156,7 @@ type MSP struct {
 // ApplyFunc handles one event in a multi-stream projection.
 type ApplyFunc func(ctx ApplyContext, e Event) error
 
-func (m MSP) clone() MSP {
+func (m MultiStreamProjection) clone() MultiStreamProjection {
 	m.Apply = maps.Clone(m.Apply)
 	if m.Table != nil {
 		t := m.Table.Clone()

@@ -18,7 +18,7 @@ import (
 
 // counter counts created tasks per tenant, asynchronously.
 var counter = feature.Define("counter", func(r *feature.Registrar) {
-	r.MultiStreamProjection(feature.MSP{
+	r.MultiStreamProjection(feature.MultiStreamProjection{
 		Name: "task-counter",
 		Table: &feature.TableDef{Name: "task_counts", Columns: []feature.Column{
 			{Name: "tenant_id", Type: "uuid", NotNull: true},

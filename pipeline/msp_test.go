@@ -24,7 +24,7 @@ var crm = feature.Define("crm", func(r *feature.Registrar) {
 	r.Entity("contact", feature.Fields{"name": feature.Text().Required()})
 	r.Crud("contact", feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()})
 	r.DefineEvent("contact.welcomed", contactWelcomed{})
-	r.MultiStreamProjection(feature.MSP{
+	r.MultiStreamProjection(feature.MultiStreamProjection{
 		Name: "contact-counter",
 		Table: &feature.TableDef{Name: "contact_counts", Columns: []feature.Column{
 			{Name: "tenant_id", Type: "uuid", NotNull: true},
@@ -38,7 +38,7 @@ var crm = feature.Define("crm", func(r *feature.Registrar) {
 			},
 		},
 	})
-	r.MultiStreamProjection(feature.MSP{
+	r.MultiStreamProjection(feature.MultiStreamProjection{
 		Name: "welcomer",
 		Apply: map[string]feature.ApplyFunc{
 			"contact.created": func(ctx feature.ApplyContext, e feature.Event) error {
@@ -48,7 +48,7 @@ var crm = feature.Define("crm", func(r *feature.Registrar) {
 			},
 		},
 	})
-	r.MultiStreamProjection(feature.MSP{
+	r.MultiStreamProjection(feature.MultiStreamProjection{
 		Name: "scope-log",
 		Table: &feature.TableDef{Name: "scope_log", Columns: []feature.Column{
 			{Name: "event_id", Type: "bigint", NotNull: true},
@@ -62,7 +62,7 @@ var crm = feature.Define("crm", func(r *feature.Registrar) {
 			},
 		},
 	})
-	r.MultiStreamProjection(feature.MSP{
+	r.MultiStreamProjection(feature.MultiStreamProjection{
 		Name: "flag-log",
 		Table: &feature.TableDef{Name: "flag_log", Columns: []feature.Column{
 			{Name: "tenant_id", Type: "uuid", NotNull: true},

@@ -81,7 +81,7 @@ var gadgets = feature.Define("gadgets", func(r *feature.Registrar) {
 		}
 		panic("peek went wrong")
 	})
-	r.MultiStreamProjection(feature.MSP{
+	r.MultiStreamProjection(feature.MultiStreamProjection{
 		Name:        "gizmo-watch",
 		MaxAttempts: 2,
 		Table: &feature.TableDef{Name: "gizmo_watch", Columns: []feature.Column{

@@ -679,7 +679,7 @@ func (b *builder) projection(feat string, def feature.ProjectionDef) {
 }
 
 // msp compiles a multi-stream projection.
-func (b *builder) msp(feat string, m feature.MSP) {
+func (b *builder) msp(feat string, m feature.MultiStreamProjection) {
 	item := fmt.Sprintf("msp %q", m.Name)
 	if !b.claimProjection(feat, item, m.Name) {
 		return

@@ -475,17 +475,17 @@ func TestBootRules(t *testing.T) {
 			return []*feature.Feature{
 				f("a", func(r *feature.Registrar) {
 					withTask(r)
-					r.MultiStreamProjection(feature.MSP{Name: "empty"})
-					r.MultiStreamProjection(feature.MSP{Name: "ghost", Apply: map[string]feature.ApplyFunc{"ghost.happened": nopApply, "task.created": nil}})
-					r.MultiStreamProjection(feature.MSP{Name: "fanout", Delivery: feature.PerInstance, Table: &tbl, Apply: apply})
-					r.MultiStreamProjection(feature.MSP{Name: "settings", Apply: apply, MaxAttempts: -1, BatchSize: -5, Delivery: 9, StartFrom: 9})
-					r.MultiStreamProjection(feature.MSP{Name: "twice", Apply: apply})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "empty"})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "ghost", Apply: map[string]feature.ApplyFunc{"ghost.happened": nopApply, "task.created": nil}})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "fanout", Delivery: feature.PerInstance, Table: &tbl, Apply: apply})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "settings", Apply: apply, MaxAttempts: -1, BatchSize: -5, Delivery: 9, StartFrom: 9})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "twice", Apply: apply})
 					r.Projection("shared-name", feature.InlineProjection{Source: "task", Table: tenantTable("sn"), Apply: map[string]feature.ProjectionApplyFunc{"task.created": nopProject}})
 				}),
 				f("b", func(r *feature.Registrar) {
-					r.MultiStreamProjection(feature.MSP{Name: "twice", Apply: apply})
-					r.MultiStreamProjection(feature.MSP{Name: "shared-name", Apply: apply})
-					r.MultiStreamProjection(feature.MSP{Name: "", Apply: apply})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "twice", Apply: apply})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "shared-name", Apply: apply})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "", Apply: apply})
 				}),
 			}
 		}, []want{
@@ -524,7 +524,7 @@ func TestBootErrorsAreAllReportedAtOnce(t *testing.T) {
 			r.DefineEvent("nodots", okPayload{})
 			r.Command("a.x", okPayload{}, feature.Rule{}, nop)
 		}),
-		f("b", func(r *feature.Registrar) { r.MultiStreamProjection(feature.MSP{Name: "m"}) }),
+		f("b", func(r *feature.Registrar) { r.MultiStreamProjection(feature.MultiStreamProjection{Name: "m"}) }),
 	)
 	all := registry.AllBootErrors(err)
 	require.Len(t, all, 4, "%v", err)
@@ -550,7 +550,7 @@ func TestValidDeclarationsPass(t *testing.T) {
 			r.EventMigration("item.bumped", 1, 2) // a version bump without steps
 			r.EventMigration("item.created", 1, 2, feature.Rename("old", "ref"))
 			r.Command("item.noop", struct{}{}, feature.Anonymous(), func(feature.CommandContext, struct{}) (int, error) { return 1, nil })
-			r.MultiStreamProjection(feature.MSP{Name: "watch.other-feature_1", Apply: map[string]feature.ApplyFunc{
+			r.MultiStreamProjection(feature.MultiStreamProjection{Name: "watch.other-feature_1", Apply: map[string]feature.ApplyFunc{
 				"other.happened": nopApply, "item.created": nopApply,
 			}})
 		}),

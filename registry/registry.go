@@ -189,7 +189,7 @@ func (p *Projection) Apply(eventType string) (feature.ProjectionApplyFunc, bool)
 // MSP is a compiled multi-stream projection, with defaults applied.
 type MSP struct {
 	feature string
-	m       feature.MSP
+	m       feature.MultiStreamProjection
 	events  []string
 }
 

@@ -94,14 +94,14 @@ func tasksFeature() *feature.Feature {
 				"task.completed": func(feature.ProjectionContext, feature.Event) error { return nil },
 			},
 		})
-		r.MultiStreamProjection(feature.MSP{
+		r.MultiStreamProjection(feature.MultiStreamProjection{
 			Name:     "send-welcome-email",
 			Delivery: feature.Shared,
 			Apply: map[string]feature.ApplyFunc{
 				"user.invited": func(feature.ApplyContext, feature.Event) error { return nil },
 			},
 		})
-		r.MultiStreamProjection(feature.MSP{
+		r.MultiStreamProjection(feature.MultiStreamProjection{
 			Name:  "completions",
 			Table: &feature.TableDef{Name: "completions", Columns: []feature.Column{{Name: "task_id", Type: "uuid"}, {Name: "n", Type: "bigint"}}, PrimaryKey: []string{"task_id"}},
 			Apply: map[string]feature.ApplyFunc{
