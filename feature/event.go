@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // Event is a stored event as apply functions see it: upcast to the current
@@ -52,12 +54,12 @@ func Decode[T any](e Event) (T, error) {
 
 // EventOption configures an event definition; see [EventVersion].
 type EventOption struct {
-	apply func(*EventDef)
+	apply func(*spec.Event)
 }
 
 // EventVersion sets the event's current payload version (default 1). New
 // events are stored with it; older stored payloads are upcast through the
 // event's migrations, one per version step.
 func EventVersion(n int) EventOption {
-	return EventOption{func(d *EventDef) { d.Version = n }}
+	return EventOption{func(d *spec.Event) { d.Version = n }}
 }

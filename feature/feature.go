@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // Feature is one feature's recorded declarations. It is created by [Define]
@@ -18,7 +20,7 @@ import (
 type Feature struct {
 	mu     sync.Mutex
 	sealed bool
-	defs   Definitions
+	defs   spec.Definitions
 }
 
 // Define records the feature called name by running fn at once with a
@@ -26,9 +28,9 @@ type Feature struct {
 // fn) are recorded, not panicked, and reported by the registry at boot. The
 // name must be lowercase (letters, digits, '-' and '_') and unique in the app.
 func Define(name string, fn func(r *Registrar)) *Feature {
-	f := &Feature{defs: Definitions{Name: name}}
+	f := &Feature{defs: spec.Definitions{Name: name}}
 	if fn == nil {
-		f.defs.Problems = append(f.defs.Problems, Problem{Item: item("feature", name), Message: "Define called with a nil function"})
+		f.defs.Problems = append(f.defs.Problems, spec.Problem{Item: item("feature", name), Message: "Define called with a nil function"})
 		f.sealed = true
 		return f
 	}
@@ -36,7 +38,7 @@ func Define(name string, fn func(r *Registrar)) *Feature {
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				f.defs.Problems = append(f.defs.Problems, Problem{
+				f.defs.Problems = append(f.defs.Problems, spec.Problem{
 					Item:    item("feature", name),
 					Message: fmt.Sprintf("panic while defining the feature: %v (at %s)", p, panicSite()),
 				})
@@ -74,17 +76,20 @@ func panicSite() string {
 // Name is the feature's name as given to Define.
 func (f *Feature) Name() string { return f.defs.Name }
 
-// Definitions returns a copy of everything the feature declared, in
-// declaration order. It is what the registry compiles; applications do not
-// need it.
-func (f *Feature) Definitions() Definitions {
+// Spec returns a copy of everything the feature declared, in declaration
+// order, for the registry to compile. Applications only pass features along
+// and do not need it.
+func (f *Feature) Spec() spec.Definitions {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	d := Definitions{Name: f.defs.Name}
+	d := spec.Definitions{Name: f.defs.Name}
 	for _, e := range f.defs.Entities {
-		d.Entities = append(d.Entities, e.clone())
+		d.Entities = append(d.Entities, e.Clone())
 	}
-	d.Cruds = slices.Clone(f.defs.Cruds)
+	for _, c := range f.defs.Cruds {
+		c.Access = c.Access.(Access).clone()
+		d.Cruds = append(d.Cruds, c)
+	}
 	d.Events = slices.Clone(f.defs.Events)
 	for _, m := range f.defs.Migrations {
 		m.Steps = slices.Clone(m.Steps)
@@ -92,105 +97,14 @@ func (f *Feature) Definitions() Definitions {
 	}
 	d.Handlers = slices.Clone(f.defs.Handlers)
 	for _, p := range f.defs.Projections {
-		p.Table = p.Table.Clone()
-		p.Apply = maps.Clone(p.Apply)
+		p.Inline = p.Inline.(InlineProjection).clone()
 		d.Projections = append(d.Projections, p)
 	}
 	for _, m := range f.defs.MSPs {
-		d.MSPs = append(d.MSPs, m.clone())
+		d.MSPs = append(d.MSPs, m.(MultiStreamProjection).clone())
 	}
 	d.Problems = slices.Clone(f.defs.Problems)
 	return d
-}
-
-// Definitions is a feature's declarations as recorded, with the DSL's defaults
-// applied but not validated: that is the registry's job.
-type Definitions struct {
-	Name        string
-	Entities    []EntityDef
-	Cruds       []CrudDef
-	Events      []EventDef
-	Migrations  []MigrationDef
-	Handlers    []HandlerDef
-	Projections []ProjectionDef
-	MSPs        []MultiStreamProjection
-	// Problems are mistakes found while recording; each fails the boot.
-	Problems []Problem
-}
-
-// Problem is a mistake recorded while a feature was defined.
-type Problem struct {
-	Item    string // what it concerns, e.g. `entity "task"`
-	Message string
-}
-
-// EntityDef is an entity as declared with [Registrar.Entity].
-type EntityDef struct {
-	Name string
-	// Fields by JSON (camelCase) name, snapshotted when Entity was called.
-	Fields map[string]FieldSpec
-	// SoftDelete keeps deleted rows (deleted_at) and enables restore.
-	SoftDelete bool
-	// SystemStream writes every stream of the entity to the system tenant.
-	SystemStream bool
-	// SnapshotEvery is the automatic snapshot interval in events (default 100).
-	SnapshotEvery int
-	// SnapshotVersion is the reducer generation of snapshots (default 1).
-	SnapshotVersion int
-	// Table is the read-model table (default read_<entity>).
-	Table string
-}
-
-func (e EntityDef) clone() EntityDef {
-	fields := make(map[string]FieldSpec, len(e.Fields))
-	for k, v := range e.Fields {
-		fields[k] = v.clone()
-	}
-	e.Fields = fields
-	return e
-}
-
-// CrudDef is a [Registrar.Crud] declaration.
-type CrudDef struct {
-	Entity string
-	Access Access
-}
-
-// EventDef is a domain event declared with [Registrar.DefineEvent].
-type EventDef struct {
-	Name string
-	// Payload is the Go type of the payload value; nil when it was nil.
-	Payload reflect.Type
-	// Version is the current payload schema generation (default 1).
-	Version int
-}
-
-// MigrationDef is an upcaster step declared with [Registrar.EventMigration].
-type MigrationDef struct {
-	Event    string
-	From, To int
-	Steps    []MigrationStep
-}
-
-// HandlerDef is a command or query declared with [Registrar.Command],
-// [Registrar.Query], [HandleCommand] or [HandleQuery].
-type HandlerDef struct {
-	Name string
-	Kind HandlerKind
-	// Input is the Go type of the input value; nil when it was nil.
-	Input  reflect.Type
-	Access Rule
-	// Handler is the function as given to Command or Query, checked against
-	// Input and wrapped by the registry. Nil when Invoke is set.
-	Handler any
-	// Invoke is set by the type-safe HandleCommand and HandleQuery.
-	Invoke HandlerFunc
-}
-
-// ProjectionDef is an inline projection declared with [Registrar.Projection].
-type ProjectionDef struct {
-	Name string
-	InlineProjection
 }
 
 // Registrar records a feature's declarations. It is only valid inside the
@@ -201,19 +115,19 @@ type Registrar struct {
 
 // record runs fn on the feature's definitions unless Define has returned, in
 // which case the late call is recorded as a problem.
-func (r *Registrar) record(item string, fn func(d *Definitions)) {
+func (r *Registrar) record(item string, fn func(d *spec.Definitions)) {
 	r.f.mu.Lock()
 	defer r.f.mu.Unlock()
 	if r.f.sealed {
-		r.f.defs.Problems = append(r.f.defs.Problems, Problem{Item: item, Message: "declared after Define returned; declare everything inside the Define function"})
+		r.f.defs.Problems = append(r.f.defs.Problems, spec.Problem{Item: item, Message: "declared after Define returned; declare everything inside the Define function"})
 		return
 	}
 	fn(&r.f.defs)
 }
 
 func (r *Registrar) problem(item, format string, args ...any) {
-	r.record(item, func(d *Definitions) {
-		d.Problems = append(d.Problems, Problem{Item: item, Message: fmt.Sprintf(format, args...)})
+	r.record(item, func(d *spec.Definitions) {
+		d.Problems = append(d.Problems, spec.Problem{Item: item, Message: fmt.Sprintf(format, args...)})
 	})
 }
 
@@ -223,9 +137,9 @@ func (r *Registrar) problem(item, format string, args ...any) {
 // (letters, digits, '_'); fields are keyed by camelCase JSON name.
 func (r *Registrar) Entity(name string, fields Fields, opts ...EntityOption) {
 	entityItem := item("entity", name)
-	def := EntityDef{
+	def := spec.Entity{
 		Name:            name,
-		Fields:          make(map[string]FieldSpec, len(fields)),
+		Fields:          make(map[string]spec.Field, len(fields)),
 		SnapshotEvery:   DefaultSnapshotEvery,
 		SnapshotVersion: 1,
 		Table:           "read_" + name,
@@ -235,7 +149,7 @@ func (r *Registrar) Entity(name string, fields Fields, opts ...EntityOption) {
 			r.problem(entityItem+fmt.Sprintf(" field %q", k), "field is nil; use a builder such as feature.Text()")
 			continue
 		}
-		def.Fields[k] = fields[k].Spec()
+		def.Fields[k] = fields[k].spec.Clone()
 	}
 	for _, o := range opts {
 		if o.apply == nil {
@@ -244,15 +158,15 @@ func (r *Registrar) Entity(name string, fields Fields, opts ...EntityOption) {
 		}
 		o.apply(&def)
 	}
-	r.record(entityItem, func(d *Definitions) { d.Entities = append(d.Entities, def) })
+	r.record(entityItem, func(d *spec.Definitions) { d.Entities = append(d.Entities, def) })
 }
 
 // Crud exposes an entity through the generated handlers <entity>.create,
 // .update, .delete, .restore (soft-delete entities only), .list and .detail.
 // Access is deny-by-default: every generated handler needs a rule.
 func (r *Registrar) Crud(entity string, access Access) {
-	r.record(item("crud", entity), func(d *Definitions) {
-		d.Cruds = append(d.Cruds, CrudDef{Entity: entity, Access: access.clone()})
+	r.record(item("crud", entity), func(d *spec.Definitions) {
+		d.Cruds = append(d.Cruds, spec.Crud{Entity: entity, Access: access.clone()})
 	})
 }
 
@@ -262,7 +176,7 @@ func (r *Registrar) Crud(entity string, access Access) {
 // must pass before it is stored. The name is lowercase and dotted
 // (`task.completed`); the current version defaults to 1.
 func (r *Registrar) DefineEvent(name string, payload any, opts ...EventOption) {
-	def := EventDef{Name: name, Payload: reflect.TypeOf(payload), Version: 1}
+	def := spec.Event{Name: name, Payload: reflect.TypeOf(payload), Version: 1}
 	for _, o := range opts {
 		if o.apply == nil {
 			r.problem(item("event", name), "zero EventOption; use the feature option constructors")
@@ -270,7 +184,7 @@ func (r *Registrar) DefineEvent(name string, payload any, opts ...EventOption) {
 		}
 		o.apply(&def)
 	}
-	r.record(item("event", name), func(d *Definitions) { d.Events = append(d.Events, def) })
+	r.record(item("event", name), func(d *spec.Definitions) { d.Events = append(d.Events, def) })
 }
 
 // EventMigration declares the upcaster step of event from version `from` to
@@ -279,8 +193,11 @@ func (r *Registrar) DefineEvent(name string, payload any, opts ...EventOption) {
 // migration for each of 1→2 … N-1→N; a step without operations is allowed
 // (a version bump that changes meaning but not shape).
 func (r *Registrar) EventMigration(event string, from, to int, steps ...MigrationStep) {
-	def := MigrationDef{Event: event, From: from, To: to, Steps: slices.Clone(steps)}
-	r.record(fmt.Sprintf("migration %q %d→%d", event, from, to), func(d *Definitions) {
+	def := spec.Migration{Event: event, From: from, To: to, Steps: make([]spec.Step, len(steps))}
+	for i, s := range steps {
+		def.Steps[i] = s.step
+	}
+	r.record(fmt.Sprintf("migration %q %d→%d", event, from, to), func(d *spec.Definitions) {
 		d.Migrations = append(d.Migrations, def)
 	})
 }
@@ -290,33 +207,29 @@ func (r *Registrar) EventMigration(event string, from, to int, steps ...Migratio
 // any R (checked at boot). Commands run in a write transaction. Prefer
 // [HandleCommand], which the compiler checks.
 func (r *Registrar) Command(name string, input any, access Rule, handler any) {
-	r.handler(KindCommand, name, input, access, handler)
+	r.handler(false, name, input, access, handler)
 }
 
 // Query declares a query handler like [Registrar.Command]; queries read only.
 // Prefer [HandleQuery], which the compiler checks.
 func (r *Registrar) Query(name string, input any, access Rule, handler any) {
-	r.handler(KindQuery, name, input, access, handler)
+	r.handler(true, name, input, access, handler)
 }
 
-func (r *Registrar) handler(kind HandlerKind, name string, input any, access Rule, handler any) {
-	def := HandlerDef{Name: name, Kind: kind, Input: reflect.TypeOf(input), Access: access, Handler: handler}
+func (r *Registrar) handler(query bool, name string, input any, access Rule, handler any) {
+	def := spec.Handler{Name: name, Query: query, Input: reflect.TypeOf(input), Access: access, Handler: handler}
 	if v := reflect.ValueOf(handler); v.Kind() == reflect.Func && v.IsNil() {
 		def.Handler = nil
 	}
-	r.record(item("handler", name), func(d *Definitions) { d.Handlers = append(d.Handlers, def) })
+	r.record(item("handler", name), func(d *spec.Definitions) { d.Handlers = append(d.Handlers, def) })
 }
 
 // Projection declares an inline projection: its apply functions run in the
 // write transaction of every event appended to a stream of p.Source (an
 // entity of this feature), so the table never lags behind the events.
 func (r *Registrar) Projection(name string, p InlineProjection) {
-	def := ProjectionDef{Name: name, InlineProjection: InlineProjection{
-		Source: p.Source,
-		Table:  p.Table.Clone(),
-		Apply:  maps.Clone(p.Apply),
-	}}
-	r.record(item("projection", name), func(d *Definitions) { d.Projections = append(d.Projections, def) })
+	def := spec.Projection{Name: name, Inline: p.clone()}
+	r.record(item("projection", name), func(d *spec.Definitions) { d.Projections = append(d.Projections, def) })
 }
 
 // MultiStreamProjection declares an asynchronous consumer of committed events
@@ -324,5 +237,5 @@ func (r *Registrar) Projection(name string, p InlineProjection) {
 // a side-effect consumer (mail, webhooks). Zero settings take their defaults.
 func (r *Registrar) MultiStreamProjection(m MultiStreamProjection) {
 	def := m.clone()
-	r.record(item("msp", m.Name), func(d *Definitions) { d.MSPs = append(d.MSPs, def) })
+	r.record(item("msp", m.Name), func(d *spec.Definitions) { d.MSPs = append(d.MSPs, def) })
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 type taskCompleted struct {
@@ -42,7 +43,7 @@ func TestDefineRecordsDeclarationsWithDefaults(t *testing.T) {
 	title.MaxLen(5)
 
 	require.Equal(t, "tasks", f.Name())
-	d := f.Definitions()
+	d := f.Spec()
 	require.Empty(t, d.Problems)
 	require.Len(t, d.Entities, 2)
 
@@ -64,29 +65,29 @@ func TestDefineRecordsDeclarationsWithDefaults(t *testing.T) {
 	require.Equal(t, 3, note.SnapshotVersion)
 	require.Equal(t, "notes", note.Table)
 
-	require.Equal(t, []feature.CrudDef{{Entity: "task", Access: feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()}}}, d.Cruds)
-	require.Equal(t, []feature.EventDef{{Name: "task.completed", Payload: reflect.TypeFor[taskCompleted](), Version: 2}}, d.Events)
+	require.Equal(t, []spec.Crud{{Entity: "task", Access: feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()}}}, d.Cruds)
+	require.Equal(t, []spec.Event{{Name: "task.completed", Payload: reflect.TypeFor[taskCompleted](), Version: 2}}, d.Events)
 	require.Len(t, d.Migrations, 1)
 	require.Equal(t, 1, d.Migrations[0].From)
 	require.Equal(t, 2, d.Migrations[0].To)
 
 	require.Len(t, d.Handlers, 2)
-	require.Equal(t, feature.KindCommand, d.Handlers[0].Kind)
+	require.False(t, d.Handlers[0].Query)
 	require.NotNil(t, d.Handlers[0].Handler)
 	require.Nil(t, d.Handlers[0].Invoke)
-	require.Equal(t, feature.KindQuery, d.Handlers[1].Kind)
+	require.True(t, d.Handlers[1].Query)
 	require.Equal(t, reflect.TypeFor[completeTask](), d.Handlers[1].Input)
-	require.NotNil(t, d.Handlers[1].Invoke)
-	out, err := d.Handlers[1].Invoke(nil, completeTask{})
+	invoke := d.Handlers[1].Invoke.(feature.HandlerFunc)
+	out, err := invoke(nil, completeTask{})
 	require.NoError(t, err)
 	require.Equal(t, "ok", out)
-	_, err = d.Handlers[1].Invoke(nil, "wrong")
+	_, err = invoke(nil, "wrong")
 	require.ErrorContains(t, err, "want feature_test.completeTask")
 
 	require.Len(t, d.Projections, 1)
-	require.Equal(t, "task", d.Projections[0].Source)
+	require.Equal(t, "task", d.Projections[0].Inline.(feature.InlineProjection).Source)
 	require.Len(t, d.MSPs, 1)
-	require.Equal(t, "mailer", d.MSPs[0].Name)
+	require.Equal(t, "mailer", d.MSPs[0].(feature.MultiStreamProjection).Name)
 }
 
 func TestDefinitionsAreCopies(t *testing.T) {
@@ -101,21 +102,22 @@ func TestDefinitionsAreCopies(t *testing.T) {
 	apply["c.d"] = noopApply
 	table.Columns[0].Name = "changed"
 
-	d := f.Definitions()
-	require.Len(t, d.MSPs[0].Apply, 1)
-	require.Equal(t, "a", d.MSPs[0].Table.Columns[0].Name)
+	d := f.Spec()
+	m := d.MSPs[0].(feature.MultiStreamProjection)
+	require.Len(t, m.Apply, 1)
+	require.Equal(t, "a", m.Table.Columns[0].Name)
 
 	// Changing a returned copy changes nothing either.
 	d.Entities[0].Fields["kind"].Enum[0] = "zzz"
-	d.MSPs[0].Apply["x.y"] = noopApply
-	again := f.Definitions()
+	m.Apply["x.y"] = noopApply
+	again := f.Spec()
 	require.Equal(t, []string{"a", "b"}, again.Entities[0].Fields["kind"].Enum)
-	require.Len(t, again.MSPs[0].Apply, 1)
+	require.Len(t, again.MSPs[0].(feature.MultiStreamProjection).Apply, 1)
 }
 
 func problems(f *feature.Feature) []string {
 	var out []string
-	for _, p := range f.Definitions().Problems {
+	for _, p := range f.Spec().Problems {
 		out = append(out, p.Item+": "+p.Message)
 	}
 	return out
@@ -143,7 +145,7 @@ func TestDefineRecordsMistakesInsteadOfPanicking(t *testing.T) {
 		require.Len(t, ps, 1)
 		require.Contains(t, ps[0], "panic while defining the feature: boom")
 		require.Contains(t, ps[0], "feature_test.go:")
-		require.Len(t, f.Definitions().Entities, 1, "declarations before the panic are kept")
+		require.Len(t, f.Spec().Entities, 1, "declarations before the panic are kept")
 	})
 
 	t.Run("registrar used after Define", func(t *testing.T) {
@@ -152,7 +154,7 @@ func TestDefineRecordsMistakesInsteadOfPanicking(t *testing.T) {
 		f := feature.Define("x", func(r *feature.Registrar) { kept = r })
 		kept.Entity("late", feature.Fields{})
 		kept.Crud("late", feature.Access{})
-		d := f.Definitions()
+		d := f.Spec()
 		require.Empty(t, d.Entities)
 		require.Empty(t, d.Cruds)
 		require.Len(t, d.Problems, 2)
@@ -192,38 +194,38 @@ func TestFieldBuilderMisuseIsRecorded(t *testing.T) {
 		{feature.Text().WriteRoles("Admin", ""), "WriteRoles has an empty role name"},
 	}
 	for _, c := range cases {
-		ps := c.field.Spec().Problems
+		ps := feature.SpecOf(c.field).Problems
 		require.Len(t, ps, 1, c.want)
 		require.Contains(t, ps[0], c.want)
 	}
-	require.Empty(t, feature.Text().Required().MaxLen(10).Sortable().Unique().ReadRoles("A").WriteRoles("B").Spec().Problems)
+	require.Empty(t, feature.SpecOf(feature.Text().Required().MaxLen(10).Sortable().Unique().ReadRoles("A").WriteRoles("B")).Problems)
 }
 
 func TestFieldSpec(t *testing.T) {
 	t.Parallel()
-	s := feature.Reference("user").Required().Spec()
-	require.Equal(t, feature.TypeReference, s.Type)
+	s := feature.SpecOf(feature.Reference("user").Required())
+	require.Equal(t, spec.TypeReference, s.Type)
 	require.Equal(t, "user", s.Ref)
 	require.True(t, s.Required)
 
-	s = feature.Enum("low", "high").Default("low").Sortable().Spec()
+	s = feature.SpecOf(feature.Enum("low", "high").Default("low").Sortable())
 	require.Equal(t, []string{"low", "high"}, s.Enum)
 	require.True(t, s.HasDefault)
 	require.True(t, s.Sortable)
 
-	secret := feature.Text().ReadRoles("Admin").WriteRoles("Owner").Spec()
+	secret := feature.SpecOf(feature.Text().ReadRoles("Admin").WriteRoles("Owner"))
 	admin := feature.User{ID: "1", Roles: []string{"Admin"}, Authenticated: true}
 	owner := feature.User{ID: "2", Roles: []string{"Owner"}, Authenticated: true}
 	forged := feature.User{Roles: []string{"Admin"}} // roles without authentication
-	require.True(t, secret.CanRead(admin))
-	require.False(t, secret.CanRead(owner))
-	require.False(t, secret.CanRead(forged))
-	require.True(t, secret.CanWrite(owner))
-	require.False(t, secret.CanWrite(admin))
+	require.True(t, secret.CanRead(admin.Authenticated, admin.HasRole))
+	require.False(t, secret.CanRead(owner.Authenticated, owner.HasRole))
+	require.False(t, secret.CanRead(forged.Authenticated, forged.HasRole))
+	require.True(t, secret.CanWrite(owner.Authenticated, owner.HasRole))
+	require.False(t, secret.CanWrite(admin.Authenticated, admin.HasRole))
 
-	open := feature.Text().Spec()
-	require.True(t, open.CanRead(feature.User{}))
-	require.True(t, open.CanWrite(feature.User{}))
+	open := feature.SpecOf(feature.Text())
+	require.True(t, open.CanRead(false, feature.User{}.HasRole))
+	require.True(t, open.CanWrite(false, feature.User{}.HasRole))
 }
 
 func TestFieldTypeColumnType(t *testing.T) {
@@ -239,9 +241,9 @@ func TestFieldTypeColumnType(t *testing.T) {
 		feature.JSON():           "jsonb",
 	}
 	for f, col := range want {
-		require.Equal(t, col, f.Spec().Type.ColumnType(), string(f.Spec().Type))
+		require.Equal(t, col, feature.SpecOf(f).Type.ColumnType(), string(feature.SpecOf(f).Type))
 	}
-	require.Empty(t, feature.FieldType("nope").ColumnType())
+	require.Empty(t, spec.FieldType("nope").ColumnType())
 }
 
 func TestColumnName(t *testing.T) {
@@ -344,7 +346,7 @@ func TestHandleCommandWithNilFunctionRecordsNothingCallable(t *testing.T) {
 		var fn func(feature.CommandContext, completeTask) (any, error)
 		r.Command("a.c", completeTask{}, feature.AnyUser(), fn)
 	})
-	d := f.Definitions()
+	d := f.Spec()
 	require.Nil(t, d.Handlers[0].Invoke)
 	require.Nil(t, d.Handlers[0].Handler)
 	require.Nil(t, d.Handlers[1].Handler, "a typed nil function is recorded as nil")

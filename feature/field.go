@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // DefaultSnapshotEvery is the automatic snapshot interval of entities.
@@ -14,63 +16,27 @@ const DefaultSnapshotEvery = 100
 // the read table's column, converted by [ColumnName].
 type Fields map[string]*Field
 
-// FieldType is the kind of value an entity field holds.
-type FieldType string
-
-// Field types. Values travel as JSON: text, enum, timestamp (RFC 3339) and
-// uuid/reference (canonical lowercase) as strings, number as a JSON number,
-// bool as a boolean, json as any JSON value.
-const (
-	TypeText      FieldType = "text"
-	TypeNumber    FieldType = "number"
-	TypeBool      FieldType = "bool"
-	TypeEnum      FieldType = "enum"
-	TypeTimestamp FieldType = "timestamp"
-	TypeUUID      FieldType = "uuid"
-	TypeReference FieldType = "reference"
-	TypeJSON      FieldType = "json"
-)
-
-// ColumnType is the PostgreSQL type of the field's read-table column.
-func (t FieldType) ColumnType() string {
-	switch t {
-	case TypeText, TypeEnum:
-		return "text"
-	case TypeNumber:
-		return "numeric"
-	case TypeBool:
-		return "boolean"
-	case TypeTimestamp:
-		return "timestamptz"
-	case TypeUUID, TypeReference:
-		return "uuid"
-	case TypeJSON:
-		return "jsonb"
-	}
-	return ""
-}
-
 // Field is an entity field under construction. The builder methods change
 // the field and return it, so they chain; a method that does not apply to the
 // field's type records a problem reported at boot.
 type Field struct {
-	spec FieldSpec
+	spec spec.Field
 }
 
-func newField(t FieldType) *Field { return &Field{spec: FieldSpec{Type: t}} }
+func newField(t spec.FieldType) *Field { return &Field{spec: spec.Field{Type: t}} }
 
 // Text is a string field; see [Field.MaxLen].
-func Text() *Field { return newField(TypeText) }
+func Text() *Field { return newField(spec.TypeText) }
 
 // Number is a numeric field (a JSON number, stored as numeric).
-func Number() *Field { return newField(TypeNumber) }
+func Number() *Field { return newField(spec.TypeNumber) }
 
 // Bool is a boolean field.
-func Bool() *Field { return newField(TypeBool) }
+func Bool() *Field { return newField(spec.TypeBool) }
 
 // Enum is a string field restricted to values (at least one, no duplicates).
 func Enum(values ...string) *Field {
-	f := newField(TypeEnum)
+	f := newField(spec.TypeEnum)
 	f.spec.Enum = slices.Clone(values)
 	if len(values) == 0 {
 		f.problem("Enum needs at least one value")
@@ -90,15 +56,15 @@ func Enum(values ...string) *Field {
 
 // Timestamp is a point in time, an RFC 3339 string on the wire, stored with
 // microsecond precision.
-func Timestamp() *Field { return newField(TypeTimestamp) }
+func Timestamp() *Field { return newField(spec.TypeTimestamp) }
 
 // UUID is a UUID field.
-func UUID() *Field { return newField(TypeUUID) }
+func UUID() *Field { return newField(spec.TypeUUID) }
 
 // Reference is the id of an aggregate of entity (any feature's); it is a UUID
 // and the entity must exist in the app.
 func Reference(entity string) *Field {
-	f := newField(TypeReference)
+	f := newField(spec.TypeReference)
 	f.spec.Ref = entity
 	if entity == "" {
 		f.problem("Reference needs an entity name")
@@ -107,7 +73,7 @@ func Reference(entity string) *Field {
 }
 
 // JSON holds any JSON value, stored as jsonb. It cannot be sortable or unique.
-func JSON() *Field { return newField(TypeJSON) }
+func JSON() *Field { return newField(spec.TypeJSON) }
 
 func (f *Field) problem(msg string) { f.spec.Problems = append(f.spec.Problems, msg) }
 
@@ -130,7 +96,7 @@ func (f *Field) Default(v any) *Field {
 // MaxLen bounds a text field to n characters (runes), n ≥ 1.
 func (f *Field) MaxLen(n int) *Field {
 	f.spec.MaxLen = n
-	if f.spec.Type != TypeText {
+	if f.spec.Type != spec.TypeText {
 		f.problem(fmt.Sprintf("MaxLen applies to text fields, not %s", f.spec.Type))
 	}
 	if n < 1 {
@@ -143,7 +109,7 @@ func (f *Field) MaxLen(n int) *Field {
 // gives its column an index.
 func (f *Field) Sortable() *Field {
 	f.spec.Sortable = true
-	if f.spec.Type == TypeJSON {
+	if f.spec.Type == spec.TypeJSON {
 		f.problem("json fields cannot be sortable")
 	}
 	return f
@@ -153,7 +119,7 @@ func (f *Field) Sortable() *Field {
 // read table; a clash answers unique_violation).
 func (f *Field) Unique() *Field {
 	f.spec.Unique = true
-	if f.spec.Type == TypeJSON {
+	if f.spec.Type == spec.TypeJSON {
 		f.problem("json fields cannot be unique")
 	}
 	return f
@@ -184,52 +150,6 @@ func (f *Field) checkRoles(method string, roles []string) {
 	}
 }
 
-// Spec returns a copy of the field's definition.
-func (f *Field) Spec() FieldSpec { return f.spec.clone() }
-
-// FieldSpec is a field's definition as the registry and the pipeline read it.
-type FieldSpec struct {
-	Type       FieldType
-	Required   bool
-	HasDefault bool
-	// Default as given to [Field.Default]; the registry validates and
-	// normalises it.
-	Default  any
-	MaxLen   int // characters; 0 = unbounded
-	Enum     []string
-	Sortable bool
-	Unique   bool
-	// Ref is the referenced entity of a reference field.
-	Ref        string
-	ReadRoles  []string
-	WriteRoles []string
-	// Problems are builder misuses (MaxLen on a bool, …); each fails the boot.
-	Problems []string
-}
-
-func (s FieldSpec) clone() FieldSpec {
-	s.Enum = slices.Clone(s.Enum)
-	s.ReadRoles = slices.Clone(s.ReadRoles)
-	s.WriteRoles = slices.Clone(s.WriteRoles)
-	s.Problems = slices.Clone(s.Problems)
-	return s
-}
-
-// CanRead reports whether u may see the field (given that u may read the
-// entity at all).
-func (s FieldSpec) CanRead(u User) bool { return fieldAllows(s.ReadRoles, u) }
-
-// CanWrite reports whether u may set the field (given that u may write the
-// entity at all).
-func (s FieldSpec) CanWrite(u User) bool { return fieldAllows(s.WriteRoles, u) }
-
-func fieldAllows(roles []string, u User) bool {
-	if len(roles) == 0 {
-		return true
-	}
-	return u.Authenticated && slices.ContainsFunc(roles, u.HasRole)
-}
-
 // ColumnName is the read-table column of a camelCase field name:
 // "completedBy" → "completed_by", "userID" → "user_id".
 func ColumnName(field string) string {
@@ -253,35 +173,35 @@ func ColumnName(field string) string {
 // EntityOption configures an entity; see [SoftDelete], [SystemStream],
 // [SnapshotEvery], [SnapshotVersion] and [Table].
 type EntityOption struct {
-	apply func(*EntityDef)
+	apply func(*spec.Entity)
 }
 
 // SoftDelete makes delete set deleted_at instead of removing the row, and
 // adds the restore handler and event.
 func SoftDelete() EntityOption {
-	return EntityOption{func(d *EntityDef) { d.SoftDelete = true }}
+	return EntityOption{func(d *spec.Entity) { d.SoftDelete = true }}
 }
 
 // SystemStream stores every stream of the entity in the system tenant
 // (streams that belong to no customer); its events are cross-tenant.
 func SystemStream() EntityOption {
-	return EntityOption{func(d *EntityDef) { d.SystemStream = true }}
+	return EntityOption{func(d *spec.Entity) { d.SystemStream = true }}
 }
 
 // SnapshotEvery sets the automatic snapshot interval (default 100 events;
 // n ≥ 1).
 func SnapshotEvery(n int) EntityOption {
-	return EntityOption{func(d *EntityDef) { d.SnapshotEvery = n }}
+	return EntityOption{func(d *spec.Entity) { d.SnapshotEvery = n }}
 }
 
 // SnapshotVersion sets the reducer generation of snapshots (default 1, v ≥ 1).
 // Bump it after a reducer change: snapshots of other generations are ignored.
 func SnapshotVersion(v int) EntityOption {
-	return EntityOption{func(d *EntityDef) { d.SnapshotVersion = v }}
+	return EntityOption{func(d *spec.Entity) { d.SnapshotVersion = v }}
 }
 
 // Table names the entity's read table (default read_<entity>); a lowercase
 // SQL identifier not starting with kumiko_.
 func Table(name string) EntityOption {
-	return EntityOption{func(d *EntityDef) { d.Table = name }}
+	return EntityOption{func(d *spec.Entity) { d.Table = name }}
 }

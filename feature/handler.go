@@ -3,6 +3,8 @@ package feature
 import (
 	"fmt"
 	"reflect"
+
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // HandlerKind says how a handler is reached and which transaction it runs in.
@@ -41,13 +43,13 @@ type HandlerFunc func(ctx CommandContext, in any) (any, error)
 // checks; it is [Registrar.Command] without reflection. T is a struct (or a
 // pointer to one) with `json` and `validate` tags.
 func HandleCommand[T any](r *Registrar, name string, access Rule, fn func(ctx CommandContext, in T) (any, error)) {
-	r.typedHandler(KindCommand, name, reflect.TypeFor[T](), access, wrapTyped(fn))
+	r.typedHandler(false, name, reflect.TypeFor[T](), access, wrapTyped(fn))
 }
 
 // HandleQuery declares a query handler whose input type T the compiler checks;
 // it is [Registrar.Query] without reflection.
 func HandleQuery[T any](r *Registrar, name string, access Rule, fn func(ctx CommandContext, in T) (any, error)) {
-	r.typedHandler(KindQuery, name, reflect.TypeFor[T](), access, wrapTyped(fn))
+	r.typedHandler(true, name, reflect.TypeFor[T](), access, wrapTyped(fn))
 }
 
 func wrapTyped[T any](fn func(CommandContext, T) (any, error)) HandlerFunc {
@@ -63,9 +65,12 @@ func wrapTyped[T any](fn func(CommandContext, T) (any, error)) HandlerFunc {
 	}
 }
 
-func (r *Registrar) typedHandler(kind HandlerKind, name string, in reflect.Type, access Rule, invoke HandlerFunc) {
-	def := HandlerDef{Name: name, Kind: kind, Input: in, Access: access, Invoke: invoke}
-	r.record(item("handler", name), func(d *Definitions) { d.Handlers = append(d.Handlers, def) })
+func (r *Registrar) typedHandler(query bool, name string, in reflect.Type, access Rule, invoke HandlerFunc) {
+	def := spec.Handler{Name: name, Query: query, Input: in, Access: access}
+	if invoke != nil {
+		def.Invoke = invoke
+	}
+	r.record(item("handler", name), func(d *spec.Definitions) { d.Handlers = append(d.Handlers, def) })
 }
 
 // CrudVerb names a generated CRUD handler.

@@ -49,6 +49,12 @@ type Index struct {
 	Unique  bool
 }
 
+func (p InlineProjection) clone() InlineProjection {
+	p.Table = p.Table.Clone()
+	p.Apply = maps.Clone(p.Apply)
+	return p
+}
+
 // Clone returns a deep copy of t.
 func (t TableDef) Clone() TableDef {
 	t.Columns = slices.Clone(t.Columns)

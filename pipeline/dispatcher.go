@@ -288,7 +288,7 @@ func (d *Dispatcher) checkFieldWrite(u feature.User, h registry.Handler, raw jso
 		}
 	}
 	for _, f := range sent {
-		if spec, ok := t.specs[f]; ok && !spec.CanWrite(u) {
+		if spec, ok := t.specs[f]; ok && !spec.CanWrite(u.Authenticated, u.HasRole) {
 			return newError(CodeAccessDenied, "field_access", "you may not write the field "+f, nil).with("field", f)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -23,7 +24,7 @@ type entityTable struct {
 	e      *registry.Entity
 	table  string   // schema-qualified
 	fields []string // field names, sorted
-	specs  map[string]feature.FieldSpec
+	specs  map[string]spec.Field
 	cols   map[string]string // field name → column
 	soft   bool
 	// writeRoles reports whether any field restricts who may write it.
@@ -38,7 +39,7 @@ func newEntityTable(schema string, e *registry.Entity) *entityTable {
 		e:      e,
 		table:  pgx.Identifier{schema, e.Table().Name}.Sanitize(),
 		fields: e.FieldNames(),
-		specs:  map[string]feature.FieldSpec{},
+		specs:  map[string]spec.Field{},
 		cols:   map[string]string{},
 		soft:   e.SoftDelete(),
 	}
@@ -46,14 +47,14 @@ func newEntityTable(schema string, e *registry.Entity) *entityTable {
 	insCols := []string{"id", "tenant_id", "version", "created_at", "updated_at"}
 	insVals := []string{"$1", "$2", "$3", "$4", "$4"}
 	for i, f := range t.fields {
-		spec, _ := e.Field(f)
-		t.specs[f] = spec
-		t.writeRoles = t.writeRoles || len(spec.WriteRoles) > 0
+		fs, _ := e.Field(f)
+		t.specs[f] = fs
+		t.writeRoles = t.writeRoles || len(fs.WriteRoles) > 0
 		col := pgx.Identifier{feature.ColumnName(f)}.Sanitize()
 		t.cols[f] = col
 		sel = append(sel, col)
 		insCols = append(insCols, col)
-		insVals = append(insVals, fmt.Sprintf("$%d::text::%s", i+5, spec.Type.ColumnType()))
+		insVals = append(insVals, fmt.Sprintf("$%d::text::%s", i+5, fs.Type.ColumnType()))
 	}
 	sel = append(sel, "created_at", "updated_at")
 	if t.soft {
@@ -192,7 +193,7 @@ func formatTime(t time.Time) string {
 // JSON text, so a string in a json field stays a string (the text "NaN"
 // or "1" would otherwise be cast as JSON: an error, or a number).
 func toText(v any, colType string) any {
-	if v != nil && colType == feature.TypeJSON.ColumnType() {
+	if v != nil && colType == spec.TypeJSON.ColumnType() {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return nil
@@ -285,7 +286,7 @@ func (t *entityTable) visible(row map[string]any, u feature.User) map[string]any
 		return nil
 	}
 	for _, f := range t.fields {
-		if !t.specs[f].CanRead(u) {
+		if !t.specs[f].CanRead(u.Authenticated, u.HasRole) {
 			delete(row, f)
 		}
 	}

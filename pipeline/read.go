@@ -128,7 +128,7 @@ func (d *Dispatcher) planList(c *Caller, t *entityTable, in registry.ListInput) 
 // checkRead refuses filtering or sorting by a field the caller may not read:
 // the order and the cursor would disclose it.
 func (t *entityTable) checkRead(u feature.User, field string) *Error {
-	if spec, ok := t.specs[field]; ok && !spec.CanRead(u) {
+	if spec, ok := t.specs[field]; ok && !spec.CanRead(u.Authenticated, u.HasRole) {
 		return newError(CodeAccessDenied, "field_access", "you may not read the field "+field, nil).with("field", field)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/go-playground/validator/v10"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 var (
@@ -55,7 +56,7 @@ func Build(features ...*feature.Feature) (reg *Registry, err error) {
 type builder struct {
 	reg          *Registry
 	errs         []error
-	defs         []feature.Definitions
+	defs         []spec.Definitions
 	info         map[string]*FeatureInfo
 	entityOwner  map[string]string
 	eventOwner   map[string]string
@@ -99,7 +100,7 @@ func (b *builder) build(features []*feature.Feature) {
 			b.fail("", fmt.Sprintf("feature #%d", i+1), RuleDefinition, "feature is nil")
 			continue
 		}
-		d := f.Definitions()
+		d := f.Spec()
 		switch {
 		case !featureNameRe.MatchString(d.Name):
 			b.fail(d.Name, "", RuleName, "feature name %q must be lowercase letters, digits, '-' or '_', starting with a letter", d.Name)
@@ -151,7 +152,7 @@ func (b *builder) build(features []*feature.Feature) {
 			b.projection(d.Name, p)
 		}
 		for _, m := range d.MSPs {
-			b.msp(d.Name, m)
+			b.msp(d.Name, m.(feature.MultiStreamProjection))
 		}
 	}
 	for _, d := range b.defs {
@@ -160,7 +161,7 @@ func (b *builder) build(features []*feature.Feature) {
 }
 
 // entity compiles an entity, its read table and its CRUD events.
-func (b *builder) entity(feat string, def feature.EntityDef) {
+func (b *builder) entity(feat string, def spec.Entity) {
 	item := fmt.Sprintf("entity %q", def.Name)
 	if !entityNameRe.MatchString(def.Name) {
 		b.fail(feat, item, RuleName, "entity names are lowercase letters, digits and '_', starting with a letter")
@@ -176,9 +177,9 @@ func (b *builder) entity(feat string, def feature.EntityDef) {
 	names := slices.Sorted(maps.Keys(def.Fields))
 	columns := map[string]string{"id": "", "tenant_id": "", "version": "", "created_at": "", "updated_at": "", "deleted_at": ""}
 	for _, name := range names {
-		spec := def.Fields[name]
+		fs := def.Fields[name]
 		fitem := fmt.Sprintf("entity %q field %q", def.Name, name)
-		for _, p := range spec.Problems {
+		for _, p := range fs.Problems {
 			b.fail(feat, fitem, RuleField, "%s", p)
 		}
 		switch col := feature.ColumnName(name); {
@@ -198,20 +199,20 @@ func (b *builder) entity(feat string, def feature.EntityDef) {
 			}
 			columns[col] = name
 		}
-		if spec.Type.ColumnType() == "" {
+		if fs.Type.ColumnType() == "" {
 			b.fail(feat, fitem, RuleField, "field has no valid type; build it with feature.Text(), feature.Number(), …")
 			continue
 		}
-		if spec.HasDefault && spec.Default != nil {
-			nv, code, msg := normalizeValue(spec, spec.Default)
+		if fs.HasDefault && fs.Default != nil {
+			nv, code, msg := normalizeValue(fs, fs.Default)
 			switch {
 			case code != "":
-				b.fail(feat, fitem, RuleField, "default %#v %s", spec.Default, msg)
-			case spec.Required && nv == "":
+				b.fail(feat, fitem, RuleField, "default %#v %s", fs.Default, msg)
+			case fs.Required && nv == "":
 				b.fail(feat, fitem, RuleField, "the default of a required text field cannot be empty")
 			default:
-				spec.Default = nv
-				def.Fields[name] = spec
+				fs.Default = nv
+				def.Fields[name] = fs
 			}
 		}
 	}
@@ -273,16 +274,16 @@ func (b *builder) table(feat, item, name, rule string) {
 }
 
 // references checks that reference fields point at entities of the app.
-func (b *builder) references(feat string, def feature.EntityDef) {
+func (b *builder) references(feat string, def spec.Entity) {
 	if b.reg.entities[def.Name] == nil || b.reg.entities[def.Name].feature != feat {
 		return
 	}
 	for _, name := range slices.Sorted(maps.Keys(def.Fields)) {
-		spec := def.Fields[name]
-		if spec.Type == feature.TypeReference && spec.Ref != "" {
-			if _, ok := b.entityOwner[spec.Ref]; !ok {
+		fs := def.Fields[name]
+		if fs.Type == spec.TypeReference && fs.Ref != "" {
+			if _, ok := b.entityOwner[fs.Ref]; !ok {
 				b.fail(feat, fmt.Sprintf("entity %q field %q", def.Name, name), RuleField,
-					"references entity %q, which no feature declares", spec.Ref)
+					"references entity %q, which no feature declares", fs.Ref)
 			}
 		}
 	}
@@ -320,7 +321,7 @@ func (b *builder) payloadType(feat, item string, t reflect.Type, what string) ([
 }
 
 // event compiles a domain event.
-func (b *builder) event(feat string, def feature.EventDef) {
+func (b *builder) event(feat string, def spec.Event) {
 	item := fmt.Sprintf("event %q", def.Name)
 	if !dottedNameRe.MatchString(def.Name) {
 		b.fail(feat, item, RuleName, "event names are lowercase and dotted, like task.completed")
@@ -461,8 +462,9 @@ func (b *builder) claimHandler(feat, item, name string) bool {
 }
 
 // crud generates an entity's CRUD handlers.
-func (b *builder) crud(feat string, c feature.CrudDef) {
+func (b *builder) crud(feat string, c spec.Crud) {
 	item := fmt.Sprintf("crud %q", c.Entity)
+	access := c.Access.(feature.Access)
 	owner, ok := b.entityOwner[c.Entity]
 	switch {
 	case !ok:
@@ -485,12 +487,12 @@ func (b *builder) crud(feat string, c feature.CrudDef) {
 		name := v.HandlerName(c.Entity)
 		hitem := fmt.Sprintf("handler %q", name)
 		if v == feature.VerbRestore && !e.def.SoftDelete {
-			if !c.Access.Restore.IsZero() {
+			if !access.Restore.IsZero() {
 				b.fail(feat, hitem, RuleCrud, "Access.Restore is set but entity %q has no SoftDelete, so there is nothing to restore", c.Entity)
 			}
 			continue
 		}
-		rule := c.Access.For(v)
+		rule := access.For(v)
 		hint := "set Access.Write or Access." + strings.ToUpper(string(v[:1])) + string(v[1:])
 		if !v.IsWrite() {
 			hint = "set Access.Read or Access." + strings.ToUpper(string(v[:1])) + string(v[1:])
@@ -513,36 +515,37 @@ func (b *builder) crud(feat string, c feature.CrudDef) {
 }
 
 // handler compiles a command or query.
-func (b *builder) handler(feat string, def feature.HandlerDef) {
+func (b *builder) handler(feat string, def spec.Handler) {
 	item := fmt.Sprintf("handler %q", def.Name)
 	if !dottedNameRe.MatchString(def.Name) {
 		b.fail(feat, item, RuleName, "handler names are lowercase and dotted, like task.complete")
 		return
 	}
-	if def.Kind != feature.KindCommand && def.Kind != feature.KindQuery {
-		b.fail(feat, item, RuleHandler, "handler kind %s cannot be declared; use Command or Query", def.Kind)
-		return
+	kind := feature.KindCommand
+	if def.Query {
+		kind = feature.KindQuery
 	}
-	ruleOK := b.checkRule(feat, item, def.Access, "pass feature.Roles, feature.AnyUser or feature.Anonymous")
-	if ruleOK && def.Access.Kind() == feature.RuleDeny {
+	access := def.Access.(feature.Rule)
+	ruleOK := b.checkRule(feat, item, access, "pass feature.Roles, feature.AnyUser or feature.Anonymous")
+	if ruleOK && access.Kind() == feature.RuleDeny {
 		b.fail(feat, item, RuleAccess, "unreachable handler: Deny() allows nobody; remove the handler instead")
 		ruleOK = false
 	}
 	schema, inputOK := b.payloadType(feat, item, def.Input, "input")
-	invoke := def.Invoke
+	invoke, _ := def.Invoke.(feature.HandlerFunc)
 	if invoke == nil {
 		invoke = b.wrapHandler(feat, item, def)
 	}
 	if !b.claimHandler(feat, item, def.Name) || !ruleOK || !inputOK || invoke == nil {
 		return
 	}
-	b.reg.handlers[def.Name] = Handler{Name: def.Name, Kind: def.Kind, Feature: feat, Access: def.Access, Input: def.Input, Invoke: invoke}
+	b.reg.handlers[def.Name] = Handler{Name: def.Name, Kind: kind, Feature: feat, Access: access, Input: def.Input, Invoke: invoke}
 	b.reg.codecs[def.Name] = &codec{kind: codecStruct, typ: def.Input, schema: schema}
 }
 
 // wrapHandler checks a reflectively given handler against its input type and
 // wraps it as a HandlerFunc.
-func (b *builder) wrapHandler(feat, item string, def feature.HandlerDef) feature.HandlerFunc {
+func (b *builder) wrapHandler(feat, item string, def spec.Handler) feature.HandlerFunc {
 	if def.Handler == nil {
 		b.fail(feat, item, RuleHandler, "handler function is nil")
 		return nil
@@ -629,7 +632,11 @@ func (b *builder) claimProjection(feat, item, name string) bool {
 }
 
 // projection compiles an inline projection.
-func (b *builder) projection(feat string, def feature.ProjectionDef) {
+func (b *builder) projection(feat string, d spec.Projection) {
+	def := struct {
+		Name string
+		feature.InlineProjection
+	}{d.Name, d.Inline.(feature.InlineProjection)}
 	item := fmt.Sprintf("projection %q", def.Name)
 	if !b.claimProjection(feat, item, def.Name) {
 		return

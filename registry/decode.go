@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // List limits of CRUD list queries.
@@ -315,9 +316,9 @@ func (c *codec) decodeList(obj map[string]any) (any, problems) {
 			in.Filter = map[string]any{}
 			for _, name := range slices.Sorted(maps.Keys(f)) {
 				path := joinKey("filter", name)
-				spec, ok := e.def.Fields[name]
+				fs, ok := e.def.Fields[name]
 				if name == "id" {
-					spec, ok = feature.FieldSpec{Type: feature.TypeUUID}, true
+					fs, ok = spec.Field{Type: spec.TypeUUID}, true
 				}
 				if !ok {
 					fail(path, "unknown_field", "is not a field of "+e.name)
@@ -327,8 +328,8 @@ func (c *codec) decodeList(obj map[string]any) (any, problems) {
 					in.Filter[name] = nil
 					continue
 				}
-				spec.MaxLen = 0 // a filter value may be anything the column could hold
-				nv, code, msg := normalizeValue(spec, f[name])
+				fs.MaxLen = 0 // a filter value may be anything the column could hold
+				nv, code, msg := normalizeValue(fs, f[name])
 				if code != "" {
 					fail(path, code, msg)
 					continue
@@ -367,7 +368,7 @@ func (c *codec) decodeList(obj map[string]any) (any, problems) {
 						fail(joinKey(path, mk), "unknown_field", "is not a known field")
 					}
 				}
-				spec, known := e.def.Fields[key.Field]
+				fs, known := e.def.Fields[key.Field]
 				switch {
 				case key.Field == "":
 					fail(path+".field", "required", "is required")
@@ -375,7 +376,7 @@ func (c *codec) decodeList(obj map[string]any) (any, problems) {
 				case !known:
 					fail(path+".field", "unknown_field", "is not a field of "+e.name)
 					continue
-				case !spec.Sortable:
+				case !fs.Sortable:
 					fail(path+".field", "not_sortable", "is not a sortable field")
 					continue
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // ErrUnknownEntity is returned (wrapped) for a name that is not an entity.
@@ -54,7 +55,7 @@ func (e *Entity) validateFields(verb feature.CrudVerb, fields map[string]any, pr
 	var errs problems
 	fail := func(name, code, msg string) { errs.fail(joinKey(prefix, name), code, msg) }
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
-		spec, ok := e.def.Fields[name]
+		fs, ok := e.def.Fields[name]
 		if !ok {
 			fail(name, "unknown_field", "is not a field of "+e.name)
 			continue
@@ -62,23 +63,23 @@ func (e *Entity) validateFields(verb feature.CrudVerb, fields map[string]any, pr
 		v := fields[name]
 		if v == nil {
 			switch {
-			case verb == feature.VerbCreate && spec.HasDefault:
+			case verb == feature.VerbCreate && fs.HasDefault:
 				// filled in below
-			case spec.Required && verb == feature.VerbUpdate:
+			case fs.Required && verb == feature.VerbUpdate:
 				fail(name, "required", "is required and cannot be cleared")
-			case spec.Required:
+			case fs.Required:
 				fail(name, "required", "is required")
 			default:
 				out[name] = nil
 			}
 			continue
 		}
-		nv, code, msg := normalizeValue(spec, v)
+		nv, code, msg := normalizeValue(fs, v)
 		if code != "" {
 			fail(name, code, msg)
 			continue
 		}
-		if spec.Required && nv == "" {
+		if fs.Required && nv == "" {
 			fail(name, "required", "is required")
 			continue
 		}
@@ -89,11 +90,11 @@ func (e *Entity) validateFields(verb feature.CrudVerb, fields map[string]any, pr
 			if fields[name] != nil {
 				continue
 			}
-			spec := e.def.Fields[name]
+			fs := e.def.Fields[name]
 			switch {
-			case spec.HasDefault:
-				out[name] = cloneJSONValue(spec.Default)
-			case spec.Required:
+			case fs.HasDefault:
+				out[name] = cloneJSONValue(fs.Default)
+			case fs.Required:
 				if _, given := fields[name]; !given {
 					fail(name, "required", "is required")
 				}
@@ -106,51 +107,51 @@ func (e *Entity) validateFields(verb feature.CrudVerb, fields map[string]any, pr
 
 // normalizeValue checks v against the field and returns its JSON-native form,
 // or a problem code and message.
-func normalizeValue(spec feature.FieldSpec, v any) (out any, code, msg string) {
-	switch spec.Type {
-	case feature.TypeText:
+func normalizeValue(fs spec.Field, v any) (out any, code, msg string) {
+	switch fs.Type {
+	case spec.TypeText:
 		s, ok := v.(string)
 		if !ok {
 			return nil, "type", "must be a string"
 		}
-		if spec.MaxLen > 0 && utf8.RuneCountInString(s) > spec.MaxLen {
-			return nil, "max", fmt.Sprintf("must be at most %d characters", spec.MaxLen)
+		if fs.MaxLen > 0 && utf8.RuneCountInString(s) > fs.MaxLen {
+			return nil, "max", fmt.Sprintf("must be at most %d characters", fs.MaxLen)
 		}
 		return s, "", ""
-	case feature.TypeNumber:
+	case spec.TypeNumber:
 		f, ok := toFloat(v)
 		if !ok {
 			return nil, "type", "must be a number"
 		}
 		return f, "", ""
-	case feature.TypeBool:
+	case spec.TypeBool:
 		b, ok := v.(bool)
 		if !ok {
 			return nil, "type", "must be a boolean"
 		}
 		return b, "", ""
-	case feature.TypeEnum:
+	case spec.TypeEnum:
 		s, ok := v.(string)
 		if !ok {
 			return nil, "type", "must be a string"
 		}
-		if !slices.Contains(spec.Enum, s) {
-			return nil, "oneof", "must be one of: " + strings.Join(spec.Enum, ", ")
+		if !slices.Contains(fs.Enum, s) {
+			return nil, "oneof", "must be one of: " + strings.Join(fs.Enum, ", ")
 		}
 		return s, "", ""
-	case feature.TypeTimestamp:
+	case spec.TypeTimestamp:
 		t, code, msg := parseTime(v)
 		if code != "" {
 			return nil, code, msg
 		}
 		return t.Format(time.RFC3339Nano), "", ""
-	case feature.TypeUUID, feature.TypeReference:
+	case spec.TypeUUID, spec.TypeReference:
 		id, ok := toUUID(v)
 		if !ok {
 			return nil, "type", "must be a UUID"
 		}
 		return id.String(), "", ""
-	case feature.TypeJSON:
+	case spec.TypeJSON:
 		raw, err := json.Marshal(v)
 		if err != nil {
 			return nil, "type", "must be a JSON value"
@@ -252,7 +253,7 @@ func cloneJSONValue(v any) any {
 	return v
 }
 
-func cloneSpec(s feature.FieldSpec) feature.FieldSpec {
+func cloneSpec(s spec.Field) spec.Field {
 	s.Enum = slices.Clone(s.Enum)
 	s.ReadRoles = slices.Clone(s.ReadRoles)
 	s.WriteRoles = slices.Clone(s.WriteRoles)
@@ -261,7 +262,7 @@ func cloneSpec(s feature.FieldSpec) feature.FieldSpec {
 }
 
 // entityTable is the default read table of an entity.
-func entityTable(def feature.EntityDef, names []string) feature.TableDef {
+func entityTable(def spec.Entity, names []string) feature.TableDef {
 	t := feature.TableDef{
 		Name: def.Table,
 		Columns: []feature.Column{
@@ -272,13 +273,13 @@ func entityTable(def feature.EntityDef, names []string) feature.TableDef {
 		PrimaryKey: []string{"id"},
 	}
 	for _, name := range names {
-		spec := def.Fields[name]
+		fs := def.Fields[name]
 		col := feature.ColumnName(name)
-		t.Columns = append(t.Columns, feature.Column{Name: col, Type: spec.Type.ColumnType(), NotNull: spec.Required})
-		if spec.Unique {
+		t.Columns = append(t.Columns, feature.Column{Name: col, Type: fs.Type.ColumnType(), NotNull: fs.Required})
+		if fs.Unique {
 			t.Indexes = append(t.Indexes, feature.Index{Columns: []string{"tenant_id", col}, Unique: true})
 		}
-		if spec.Sortable {
+		if fs.Sortable {
 			t.Indexes = append(t.Indexes, feature.Index{Columns: []string{"tenant_id", col, "id"}})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // Registry is the compiled application. It is immutable after [Build] and
@@ -94,15 +95,15 @@ type eventInfo struct {
 }
 
 type migration struct {
-	steps []feature.MigrationStep
+	steps []spec.Step
 }
 
 // Entity is a compiled entity. Its accessors return copies.
 type Entity struct {
 	name    string
 	feature string
-	def     feature.EntityDef // Fields hold normalised defaults
-	names   []string          // field names, sorted
+	def     spec.Entity // Fields hold normalised defaults
+	names   []string    // field names, sorted
 	table   feature.TableDef
 	verbs   []feature.CrudVerb
 }
@@ -118,10 +119,10 @@ func (e *Entity) FieldNames() []string { return slices.Clone(e.names) }
 
 // Field returns the definition of the field called name; its Default is
 // normalised to its JSON-native form.
-func (e *Entity) Field(name string) (feature.FieldSpec, bool) {
+func (e *Entity) Field(name string) (spec.Field, bool) {
 	s, ok := e.def.Fields[name]
 	if !ok {
-		return feature.FieldSpec{}, false
+		return spec.Field{}, false
 	}
 	s = cloneSpec(s)
 	if s.HasDefault {

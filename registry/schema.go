@@ -13,7 +13,7 @@ import (
 
 	"github.com/invopop/jsonschema"
 
-	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 const schemaVersion = "https://json-schema.org/draft/2020-12/schema"
@@ -234,35 +234,35 @@ func constrain(s *jsonschema.Schema, tags []string) {
 
 // fieldSchema is the JSON Schema of an entity field's value. nullable adds
 // null to the allowed values.
-func fieldSchema(spec feature.FieldSpec, nullable bool) map[string]any {
+func fieldSchema(fs spec.Field, nullable bool) map[string]any {
 	s := map[string]any{}
 	typ := ""
-	switch spec.Type {
-	case feature.TypeText:
+	switch fs.Type {
+	case spec.TypeText:
 		typ = "string"
-		if spec.MaxLen > 0 {
-			s["maxLength"] = spec.MaxLen
+		if fs.MaxLen > 0 {
+			s["maxLength"] = fs.MaxLen
 		}
-		if spec.Required {
+		if fs.Required {
 			s["minLength"] = 1
 		}
-	case feature.TypeNumber:
+	case spec.TypeNumber:
 		typ = "number"
-	case feature.TypeBool:
+	case spec.TypeBool:
 		typ = "boolean"
-	case feature.TypeEnum:
+	case spec.TypeEnum:
 		typ = "string"
-		enum := make([]any, 0, len(spec.Enum)+1)
-		for _, v := range spec.Enum {
+		enum := make([]any, 0, len(fs.Enum)+1)
+		for _, v := range fs.Enum {
 			enum = append(enum, v)
 		}
 		if nullable {
 			enum = append(enum, nil)
 		}
 		s["enum"] = enum
-	case feature.TypeTimestamp:
+	case spec.TypeTimestamp:
 		typ, s["format"] = "string", "date-time"
-	case feature.TypeUUID, feature.TypeReference:
+	case spec.TypeUUID, spec.TypeReference:
 		typ, s["format"] = "string", "uuid"
 	}
 	if typ != "" {
@@ -272,8 +272,8 @@ func fieldSchema(spec feature.FieldSpec, nullable bool) map[string]any {
 			s["type"] = typ
 		}
 	}
-	if spec.HasDefault {
-		s["default"] = spec.Default
+	if fs.HasDefault {
+		s["default"] = fs.Default
 	}
 	return s
 }
@@ -304,12 +304,12 @@ func fieldsSchema(e *Entity, forCreate bool) map[string]any {
 	props := map[string]any{}
 	var required []string
 	for _, name := range e.names {
-		spec := e.def.Fields[name]
+		fs := e.def.Fields[name]
 		if !forCreate {
-			spec.HasDefault = false // defaults only apply on create
+			fs.HasDefault = false // defaults only apply on create
 		}
-		props[name] = fieldSchema(spec, !spec.Required)
-		if forCreate && spec.Required && !spec.HasDefault {
+		props[name] = fieldSchema(fs, !fs.Required)
+		if forCreate && fs.Required && !fs.HasDefault {
 			required = append(required, name)
 		}
 	}
@@ -353,9 +353,9 @@ func crudSchema(e *Entity, kind codecKind) (json.RawMessage, error) {
 		filter := map[string]any{"id": uuidSchema()}
 		sortable := []any{"id", "createdAt", "updatedAt"}
 		for _, name := range e.names {
-			spec := e.def.Fields[name]
-			filter[name] = fieldSchema(feature.FieldSpec{Type: spec.Type, Enum: spec.Enum}, true)
-			if spec.Sortable {
+			fs := e.def.Fields[name]
+			filter[name] = fieldSchema(spec.Field{Type: fs.Type, Enum: fs.Enum}, true)
+			if fs.Sortable {
 				sortable = append(sortable, name)
 			}
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/internal/spec"
 	"github.com/kumiko-go/kumiko/kumiko"
 )
 
@@ -192,7 +193,7 @@ func printDevHelp(out io.Writer, app *kumiko.App) {
 				continue
 			}
 			fmt.Fprintf(out, "curl -s http://%s/api/write -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\\n  -d '{\"type\":\"%s\",\"payload\":{%s}}'\n\n",
-				addr, v.HandlerName(e.Name()), examplePayload(e.FieldNames(), func(f string) (feature.FieldSpec, bool) { return e.Field(f) }))
+				addr, v.HandlerName(e.Name()), examplePayload(e.FieldNames(), func(f string) (spec.Field, bool) { return e.Field(f) }))
 			return
 		}
 	}
@@ -211,21 +212,21 @@ func tokenOptions(cfg kumiko.Config) []khttp.TokenOption {
 }
 
 // examplePayload fills the required fields of a create with sample values.
-func examplePayload(fields []string, spec func(string) (feature.FieldSpec, bool)) string {
+func examplePayload(fields []string, fs func(string) (spec.Field, bool)) string {
 	var parts []string
 	for _, f := range fields {
-		s, _ := spec(f)
+		s, _ := fs(f)
 		if !s.Required {
 			continue
 		}
 		switch s.Type {
-		case feature.TypeText:
+		case spec.TypeText:
 			parts = append(parts, fmt.Sprintf("%q:%q", f, "Try kumiko"))
-		case feature.TypeNumber:
+		case spec.TypeNumber:
 			parts = append(parts, fmt.Sprintf("%q:1", f))
-		case feature.TypeBool:
+		case spec.TypeBool:
 			parts = append(parts, fmt.Sprintf("%q:true", f))
-		case feature.TypeTimestamp:
+		case spec.TypeTimestamp:
 			parts = append(parts, fmt.Sprintf("%q:%q", f, time.Now().UTC().Format(time.RFC3339)))
 		}
 	}

@@ -1,0 +1,200 @@
+// Package spec holds the records a feature's declarations are kept in between
+// feature.Define and registry.Build: what the author declared, with the DSL's
+// defaults applied but not validated. Authors never write these records; the
+// feature package's Registrar fills them and the registry compiles them.
+//
+// The package imports nothing of the framework, so feature can depend on it
+// without depending on anything that runs. The records therefore cannot name
+// the feature package's types: where a record carries a value the author
+// wrote (an access rule, a function, a projection), it holds it as any and
+// documents its dynamic type, which the registry asserts once at boot.
+package spec
+
+import (
+	"reflect"
+	"slices"
+)
+
+// Definitions is a feature's declarations as recorded, in declaration order.
+type Definitions struct {
+	Name        string
+	Entities    []Entity
+	Cruds       []Crud
+	Events      []Event
+	Migrations  []Migration
+	Handlers    []Handler
+	Projections []Projection
+	// MSPs holds feature.MultiStreamProjection values.
+	MSPs []any
+	// Problems are mistakes found while recording; each fails the boot.
+	Problems []Problem
+}
+
+// Problem is a mistake recorded while a feature was defined.
+type Problem struct {
+	Item    string // what it concerns, e.g. `entity "task"`
+	Message string
+}
+
+// Entity is an entity as declared with Registrar.Entity.
+type Entity struct {
+	Name string
+	// Fields by JSON (camelCase) name, snapshotted when Entity was called.
+	Fields map[string]Field
+	// SoftDelete keeps deleted rows (deleted_at) and enables restore.
+	SoftDelete bool
+	// SystemStream writes every stream of the entity to the system tenant.
+	SystemStream bool
+	// SnapshotEvery is the automatic snapshot interval in events (default 100).
+	SnapshotEvery int
+	// SnapshotVersion is the reducer generation of snapshots (default 1).
+	SnapshotVersion int
+	// Table is the read-model table (default read_<entity>).
+	Table string
+}
+
+// Clone returns a deep copy of e.
+func (e Entity) Clone() Entity {
+	fields := make(map[string]Field, len(e.Fields))
+	for k, v := range e.Fields {
+		fields[k] = v.Clone()
+	}
+	e.Fields = fields
+	return e
+}
+
+// Crud is a Registrar.Crud declaration.
+type Crud struct {
+	Entity string
+	// Access is the feature.Access given to Crud.
+	Access any
+}
+
+// Event is a domain event declared with Registrar.DefineEvent.
+type Event struct {
+	Name string
+	// Payload is the Go type of the payload value; nil when it was nil.
+	Payload reflect.Type
+	// Version is the current payload schema generation (default 1).
+	Version int
+}
+
+// Migration is an upcaster step declared with Registrar.EventMigration.
+type Migration struct {
+	Event    string
+	From, To int
+	Steps    []Step
+}
+
+// Handler is a command or query declared with Registrar.Command,
+// Registrar.Query, feature.HandleCommand or feature.HandleQuery.
+type Handler struct {
+	Name string
+	// Query is set for queries (read-only); commands run in a write
+	// transaction.
+	Query bool
+	// Input is the Go type of the input value; nil when it was nil.
+	Input reflect.Type
+	// Access is the feature.Rule given with the handler.
+	Access any
+	// Handler is the function as given to Command or Query, checked against
+	// Input and wrapped by the registry. Nil when Invoke is set.
+	Handler any
+	// Invoke is the feature.HandlerFunc of HandleCommand and HandleQuery;
+	// nil otherwise.
+	Invoke any
+}
+
+// Projection is an inline projection declared with Registrar.Projection.
+type Projection struct {
+	Name string
+	// Inline is the feature.InlineProjection, deep-copied.
+	Inline any
+}
+
+// Field is an entity field's definition as the registry and the pipeline
+// read it.
+type Field struct {
+	Type       FieldType
+	Required   bool
+	HasDefault bool
+	// Default as given to Field.Default; the registry validates and
+	// normalises it.
+	Default  any
+	MaxLen   int // characters; 0 = unbounded
+	Enum     []string
+	Sortable bool
+	Unique   bool
+	// Ref is the referenced entity of a reference field.
+	Ref        string
+	ReadRoles  []string
+	WriteRoles []string
+	// Problems are builder misuses (MaxLen on a bool, …); each fails the boot.
+	Problems []string
+}
+
+// Clone returns a deep copy of f, but for Default, which is shared.
+func (f Field) Clone() Field {
+	f.Enum = slices.Clone(f.Enum)
+	f.ReadRoles = slices.Clone(f.ReadRoles)
+	f.WriteRoles = slices.Clone(f.WriteRoles)
+	f.Problems = slices.Clone(f.Problems)
+	return f
+}
+
+// CanRead reports whether a caller may see the field (given that it may read
+// the entity at all): always without ReadRoles, else when it is
+// authenticated and hasRole holds for one of them.
+func (f Field) CanRead(authenticated bool, hasRole func(string) bool) bool {
+	return fieldAllows(f.ReadRoles, authenticated, hasRole)
+}
+
+// CanWrite reports whether a caller may set the field, like CanRead for
+// WriteRoles.
+func (f Field) CanWrite(authenticated bool, hasRole func(string) bool) bool {
+	return fieldAllows(f.WriteRoles, authenticated, hasRole)
+}
+
+func fieldAllows(roles []string, authenticated bool, hasRole func(string) bool) bool {
+	if len(roles) == 0 {
+		return true
+	}
+	return authenticated && slices.ContainsFunc(roles, hasRole)
+}
+
+// FieldType is the kind of value an entity field holds.
+type FieldType string
+
+// Field types. Values travel as JSON: text, enum, timestamp (RFC 3339) and
+// uuid/reference (canonical lowercase) as strings, number as a JSON number,
+// bool as a boolean, json as any JSON value.
+const (
+	TypeText      FieldType = "text"
+	TypeNumber    FieldType = "number"
+	TypeBool      FieldType = "bool"
+	TypeEnum      FieldType = "enum"
+	TypeTimestamp FieldType = "timestamp"
+	TypeUUID      FieldType = "uuid"
+	TypeReference FieldType = "reference"
+	TypeJSON      FieldType = "json"
+)
+
+// ColumnType is the PostgreSQL type of the field's read-table column; "" for
+// an unknown type.
+func (t FieldType) ColumnType() string {
+	switch t {
+	case TypeText, TypeEnum:
+		return "text"
+	case TypeNumber:
+		return "numeric"
+	case TypeBool:
+		return "boolean"
+	case TypeTimestamp:
+		return "timestamptz"
+	case TypeUUID, TypeReference:
+		return "uuid"
+	case TypeJSON:
+		return "jsonb"
+	}
+	return ""
+}
