@@ -175,6 +175,25 @@ func (b *builder) entity(feat string, def spec.Entity) {
 	b.info[feat].Entities = append(b.info[feat].Entities, def.Name)
 
 	names := slices.Sorted(maps.Keys(def.Fields))
+	b.entityFields(feat, def, names)
+	if def.SnapshotEvery < 1 {
+		b.fail(feat, item, RuleEntity, "SnapshotEvery(%d) must be at least 1", def.SnapshotEvery)
+	}
+	if def.SnapshotVersion < 1 {
+		b.fail(feat, item, RuleEntity, "SnapshotVersion(%d) must be at least 1", def.SnapshotVersion)
+	}
+	b.table(feat, item, def.Table, RuleEntity)
+
+	e := &Entity{name: def.Name, feature: feat, def: def, names: names}
+	e.table = entityTable(def, names)
+	b.reg.entities[def.Name] = e
+
+	b.crudEvents(feat, item, e)
+}
+
+// entityFields checks an entity's fields (names, columns, types) and
+// normalises their defaults in def.Fields.
+func (b *builder) entityFields(feat string, def spec.Entity, names []string) {
 	columns := map[string]string{"id": "", "tenant_id": "", "version": "", "created_at": "", "updated_at": "", "deleted_at": ""}
 	for _, name := range names {
 		fs := def.Fields[name]
@@ -216,18 +235,12 @@ func (b *builder) entity(feat string, def spec.Entity) {
 			}
 		}
 	}
-	if def.SnapshotEvery < 1 {
-		b.fail(feat, item, RuleEntity, "SnapshotEvery(%d) must be at least 1", def.SnapshotEvery)
-	}
-	if def.SnapshotVersion < 1 {
-		b.fail(feat, item, RuleEntity, "SnapshotVersion(%d) must be at least 1", def.SnapshotVersion)
-	}
-	b.table(feat, item, def.Table, RuleEntity)
+}
 
-	e := &Entity{name: def.Name, feature: feat, def: def, names: names}
-	e.table = entityTable(def, names)
-	b.reg.entities[def.Name] = e
-
+// crudEvents defines the CRUD events of entity e: created, updated, deleted
+// and, with soft delete, restored.
+func (b *builder) crudEvents(feat, item string, e *Entity) {
+	def := e.def
 	verbs := []feature.CrudVerb{feature.VerbCreate, feature.VerbUpdate, feature.VerbDelete}
 	if def.SoftDelete {
 		verbs = append(verbs, feature.VerbRestore)
