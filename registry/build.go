@@ -9,10 +9,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/go-playground/validator/v10"
-
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/registry/internal/codec"
 )
 
 var (
@@ -63,7 +62,6 @@ type builder struct {
 	handlerOwner map[string]string
 	projOwner    map[string]string // inline and multi-stream projections share names
 	tableOwner   map[string]string // table → "feature/item"
-	typeProblems map[reflect.Type][]problem
 }
 
 func newBuilder() *builder {
@@ -76,9 +74,8 @@ func newBuilder() *builder {
 			msps:        map[string]*MSP{},
 			bySource:    map[string][]*Projection{},
 			emits:       map[string]map[string]bool{},
-			codecs:      map[string]*codec{},
-			structs:     map[reflect.Type]*structInfo{},
-			validate:    validator.New(validator.WithRequiredStructEnabled()),
+			payloads:    map[string]*codec.Payload{},
+			codec:       codec.New(),
 		},
 		info:         map[string]*FeatureInfo{},
 		entityOwner:  map[string]string{},
@@ -86,7 +83,6 @@ func newBuilder() *builder {
 		handlerOwner: map[string]string{},
 		projOwner:    map[string]string{},
 		tableOwner:   map[string]string{},
-		typeProblems: map[reflect.Type][]problem{},
 	}
 }
 
@@ -185,6 +181,7 @@ func (b *builder) entity(feat string, def spec.Entity) {
 	b.table(feat, item, def.Table, RuleEntity)
 
 	e := &Entity{name: def.Name, feature: feat, def: def, names: names}
+	e.codec = &codec.Entity{Name: def.Name, Fields: def.Fields, Names: names, SoftDelete: def.SoftDelete}
 	e.table = entityTable(def, names)
 	b.reg.entities[def.Name] = e
 
@@ -223,7 +220,7 @@ func (b *builder) entityFields(feat string, def spec.Entity, names []string) {
 			continue
 		}
 		if fs.HasDefault && fs.Default != nil {
-			nv, code, msg := normalizeValue(fs, fs.Default)
+			nv, code, msg := codec.NormalizeValue(fs, fs.Default)
 			switch {
 			case code != "":
 				b.fail(feat, fitem, RuleField, "default %#v %s", fs.Default, msg)
@@ -247,9 +244,9 @@ func (b *builder) crudEvents(feat, item string, e *Entity) {
 	}
 	for _, v := range verbs {
 		name := v.EventType(def.Name)
-		kind := map[feature.CrudVerb]codecKind{
-			feature.VerbCreate: codecCreated, feature.VerbUpdate: codecUpdated,
-			feature.VerbDelete: codecEmpty, feature.VerbRestore: codecEmpty,
+		kind := map[feature.CrudVerb]codec.Kind{
+			feature.VerbCreate: codec.Created, feature.VerbUpdate: codec.Updated,
+			feature.VerbDelete: codec.Empty, feature.VerbRestore: codec.Empty,
 		}[v]
 		if owner, dup := b.eventOwner[name]; dup {
 			b.fail(feat, item, RuleUnique, "its CRUD event %q is already defined by feature %q", name, owner)
@@ -262,12 +259,14 @@ func (b *builder) crudEvents(feat, item string, e *Entity) {
 	}
 }
 
-func (b *builder) crudCodec(feat, item, name string, e *Entity, kind codecKind) {
-	schema, err := crudSchema(e, kind)
+// crudCodec registers the payload of a CRUD handler or event.
+func (b *builder) crudCodec(feat, item, name string, e *Entity, kind codec.Kind) *codec.Payload {
+	p, err := codec.CrudPayload(e.codec, kind)
 	if err != nil {
 		b.fail(feat, item, RuleInternal, "schema of %q: %v", name, err)
 	}
-	b.reg.codecs[name] = &codec{kind: kind, typ: crudInputTypes[kind], entity: e, schema: schema}
+	b.reg.payloads[name] = p
+	return p
 }
 
 // table checks a table name and claims it for item.
@@ -302,35 +301,14 @@ func (b *builder) references(feat string, def spec.Entity) {
 	}
 }
 
-// payloadType checks a payload or input type and returns its schema.
-func (b *builder) payloadType(feat, item string, t reflect.Type, what string) ([]byte, bool) {
-	if t == nil {
-		b.fail(feat, item, RulePayload, "%s is nil; pass a value of its struct type (struct{}{} for none)", what)
-		return nil, false
+// payload checks a payload or input type and returns its Payload; false
+// after reporting why it is unusable.
+func (b *builder) payload(feat, item string, t reflect.Type, what string) (*codec.Payload, bool) {
+	p, problems := b.reg.codec.StructPayload(t, what)
+	for _, msg := range problems {
+		b.fail(feat, item, RulePayload, "%s", msg)
 	}
-	base := deref(t)
-	if base.Kind() != reflect.Struct || (t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Pointer) {
-		b.fail(feat, item, RulePayload, "%s must be a struct or a pointer to a struct, not %s", what, t)
-		return nil, false
-	}
-	if opaque(base) {
-		b.fail(feat, item, RulePayload, "%s type %s decodes itself; use a plain struct with json tags", what, t)
-		return nil, false
-	}
-	ok := true
-	for _, p := range b.analyze(base, "") {
-		b.fail(feat, item, RulePayload, "%s type %s: %s", what, t, p)
-		ok = false
-	}
-	if !ok {
-		return nil, false
-	}
-	schema, err := b.structSchema(base)
-	if err != nil {
-		b.fail(feat, item, RulePayload, "%s type %s: %v", what, t, err)
-		return nil, false
-	}
-	return schema, true
+	return p, p != nil
 }
 
 // event compiles a domain event.
@@ -356,9 +334,8 @@ func (b *builder) event(feat string, def spec.Event) {
 		def.Version = 1
 	}
 	b.reg.events[def.Name] = &eventInfo{EventType: EventType{Name: def.Name, Feature: feat, Version: def.Version, GoType: def.Payload}}
-	schema, ok := b.payloadType(feat, item, def.Payload, "payload")
-	if ok {
-		b.reg.codecs[def.Name] = &codec{kind: codecStruct, typ: def.Payload, schema: schema}
+	if p, ok := b.payload(feat, item, def.Payload, "payload"); ok {
+		b.reg.payloads[def.Name] = p
 	}
 }
 
@@ -492,9 +469,9 @@ func (b *builder) crud(feat string, c spec.Crud) {
 		b.fail(feat, item, RuleCrud, "Crud is declared twice for the entity")
 		return
 	}
-	codecs := map[feature.CrudVerb]codecKind{
-		feature.VerbCreate: codecCreate, feature.VerbUpdate: codecUpdate, feature.VerbDelete: codecID,
-		feature.VerbRestore: codecID, feature.VerbList: codecList, feature.VerbDetail: codecDetail,
+	codecs := map[feature.CrudVerb]codec.Kind{
+		feature.VerbCreate: codec.Create, feature.VerbUpdate: codec.Update, feature.VerbDelete: codec.ID,
+		feature.VerbRestore: codec.ID, feature.VerbList: codec.List, feature.VerbDetail: codec.Detail,
 	}
 	for _, v := range feature.CrudVerbs() {
 		name := v.HandlerName(c.Entity)
@@ -520,9 +497,8 @@ func (b *builder) crud(feat string, c spec.Crud) {
 		if v.IsWrite() {
 			kind = feature.KindWrite
 		}
-		ck := codecs[v]
-		b.reg.handlers[name] = Handler{Name: name, Kind: kind, Feature: feat, Access: rule, Input: crudInputTypes[ck], Verb: v, Entity: c.Entity}
-		b.crudCodec(feat, hitem, name, e, ck)
+		p := b.crudCodec(feat, hitem, name, e, codecs[v])
+		b.reg.handlers[name] = Handler{Name: name, Kind: kind, Feature: feat, Access: rule, Input: p.Type, Verb: v, Entity: c.Entity}
 		e.verbs = append(e.verbs, v)
 	}
 }
@@ -544,7 +520,7 @@ func (b *builder) handler(feat string, def spec.Handler) {
 		b.fail(feat, item, RuleAccess, "unreachable handler: Deny() allows nobody; remove the handler instead")
 		ruleOK = false
 	}
-	schema, inputOK := b.payloadType(feat, item, def.Input, "input")
+	payload, inputOK := b.payload(feat, item, def.Input, "input")
 	invoke, _ := def.Invoke.(feature.HandlerFunc)
 	if invoke == nil {
 		invoke = b.wrapHandler(feat, item, def)
@@ -553,7 +529,7 @@ func (b *builder) handler(feat string, def spec.Handler) {
 		return
 	}
 	b.reg.handlers[def.Name] = Handler{Name: def.Name, Kind: kind, Feature: feat, Access: access, Input: def.Input, Invoke: invoke}
-	b.reg.codecs[def.Name] = &codec{kind: codecStruct, typ: def.Input, schema: schema}
+	b.reg.payloads[def.Name] = payload
 }
 
 // wrapHandler checks a reflectively given handler against its input type and

@@ -20,6 +20,11 @@
 //     implementing the event store's Upcaster;
 //   - says which feature may append which event ([Registry.CanEmit]).
 //
+// The features reach Build as the records of internal/spec; the payload
+// codec behind DecodePayload, ValidateEntityInput and Schema is
+// registry/internal/codec, whose input and error types this package names
+// as aliases.
+//
 // # CRUD contract
 //
 // For an entity e the registry defines the events e.created (payload: the

@@ -6,11 +6,10 @@ import (
 	"reflect"
 	"slices"
 
-	"github.com/go-playground/validator/v10"
-
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/registry/internal/codec"
 )
 
 // Registry is the compiled application. It is immutable after [Build] and
@@ -26,9 +25,8 @@ type Registry struct {
 	mspOrder    []*MSP
 	bySource    map[string][]*Projection
 	emits       map[string]map[string]bool // feature → event types it may append
-	codecs      map[string]*codec          // event and handler types → payload codec
-	structs     map[reflect.Type]*structInfo
-	validate    *validator.Validate
+	payloads    map[string]*codec.Payload  // event and handler types → payload
+	codec       *codec.Codec
 }
 
 var _ eventstore.Upcaster = (*Registry)(nil)
@@ -102,8 +100,9 @@ type migration struct {
 type Entity struct {
 	name    string
 	feature string
-	def     spec.Entity // Fields hold normalised defaults
-	names   []string    // field names, sorted
+	def     spec.Entity   // Fields hold normalised defaults
+	names   []string      // field names, sorted
+	codec   *codec.Entity // shares def.Fields and names
 	table   feature.TableDef
 	verbs   []feature.CrudVerb
 }
@@ -124,9 +123,9 @@ func (e *Entity) Field(name string) (spec.Field, bool) {
 	if !ok {
 		return spec.Field{}, false
 	}
-	s = cloneSpec(s)
+	s = s.Clone()
 	if s.HasDefault {
-		s.Default = cloneJSONValue(s.Default)
+		s.Default = codec.CloneJSONValue(s.Default)
 	}
 	return s, true
 }
@@ -293,11 +292,11 @@ func (r *Registry) Events() []EventType {
 // Schema returns the JSON Schema (draft 2020-12) of the payload of an event
 // type or the input of a handler, or nil when name is neither.
 func (r *Registry) Schema(name string) json.RawMessage {
-	c, ok := r.codecs[name]
+	p, ok := r.payloads[name]
 	if !ok {
 		return nil
 	}
-	return slices.Clone(c.schema)
+	return slices.Clone(p.Schema)
 }
 
 // Projection returns the inline projection called name.

@@ -1,4 +1,4 @@
-package registry
+package codec
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ var unsafeNameRe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // structSchema reflects the JSON Schema of payload type t with invopop, then
 // adds what the validate tags say (required, lengths, bounds, enums, formats),
 // so the schema and the validation agree.
-func (b *builder) structSchema(t reflect.Type) (out json.RawMessage, err error) {
+func (c *Codec) structSchema(t reflect.Type) (out json.RawMessage, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, err = nil, fmt.Errorf("JSON Schema reflection failed: %v", p)
@@ -68,7 +68,7 @@ func (b *builder) structSchema(t reflect.Type) (out json.RawMessage, err error) 
 		def.Definitions, def.Version = nil, ""
 		s.Definitions[namer(base)] = &def
 	}
-	b.annotate(base, s, s.Definitions, map[*jsonschema.Schema]bool{})
+	c.annotate(base, s, s.Definitions, map[*jsonschema.Schema]bool{})
 	if len(s.Definitions) == 0 {
 		s.Definitions = nil
 	}
@@ -107,7 +107,7 @@ func resolve(node *jsonschema.Schema, defs jsonschema.Definitions) *jsonschema.S
 
 // annotate walks Go type t and its schema node together, adding required
 // properties and constraints from validate tags.
-func (b *builder) annotate(t reflect.Type, node *jsonschema.Schema, defs jsonschema.Definitions, seen map[*jsonschema.Schema]bool) {
+func (c *Codec) annotate(t reflect.Type, node *jsonschema.Schema, defs jsonschema.Definitions, seen map[*jsonschema.Schema]bool) {
 	t = deref(t)
 	node = resolve(node, defs)
 	if node == nil || node == jsonschema.TrueSchema || node == jsonschema.FalseSchema || seen[node] || opaque(t) {
@@ -116,7 +116,7 @@ func (b *builder) annotate(t reflect.Type, node *jsonschema.Schema, defs jsonsch
 	seen[node] = true
 	switch t.Kind() {
 	case reflect.Struct:
-		info := b.reg.structs[t]
+		info := c.structs[t]
 		if info == nil || node.Properties == nil {
 			return
 		}
@@ -130,18 +130,18 @@ func (b *builder) annotate(t reflect.Type, node *jsonschema.Schema, defs jsonsch
 				node.Required = append(node.Required, f.name)
 			}
 			constrain(prop, tags)
-			b.annotate(f.typ, prop, defs, seen)
+			c.annotate(f.typ, prop, defs, seen)
 		}
 	case reflect.Slice, reflect.Array:
 		if node.Items != nil {
-			b.annotate(t.Elem(), node.Items, defs, seen)
+			c.annotate(t.Elem(), node.Items, defs, seen)
 		}
 	case reflect.Map:
 		if node.AdditionalProperties != nil {
-			b.annotate(t.Elem(), node.AdditionalProperties, defs, seen)
+			c.annotate(t.Elem(), node.AdditionalProperties, defs, seen)
 		}
 		for _, p := range node.PatternProperties {
-			b.annotate(t.Elem(), p, defs, seen)
+			c.annotate(t.Elem(), p, defs, seen)
 		}
 	}
 }
@@ -303,8 +303,8 @@ func timeSchema() map[string]any { return map[string]any{"type": "string", "form
 func fieldsSchema(e *Entity, forCreate bool) map[string]any {
 	props := map[string]any{}
 	var required []string
-	for _, name := range e.names {
-		fs := e.def.Fields[name]
+	for _, name := range e.Names {
+		fs := e.Fields[name]
 		if !forCreate {
 			fs.HasDefault = false // defaults only apply on create
 		}
@@ -327,33 +327,33 @@ func rootSchema(s map[string]any) (json.RawMessage, error) {
 
 // crudSchema is the hand-built schema of a CRUD handler's input or a CRUD
 // event's payload.
-func crudSchema(e *Entity, kind codecKind) (json.RawMessage, error) {
+func crudSchema(e *Entity, kind Kind) (json.RawMessage, error) {
 	switch kind {
-	case codecCreate:
+	case Create:
 		s := fieldsSchema(e, true)
 		s["properties"].(map[string]any)["id"] = uuidSchema()
 		return rootSchema(s)
-	case codecCreated:
+	case Created:
 		return rootSchema(fieldsSchema(e, true))
-	case codecUpdate:
+	case Update:
 		return rootSchema(objectSchema(map[string]any{
 			"id":      uuidSchema(),
 			"version": versionSchema(),
 			"changes": fieldsSchema(e, false),
 		}, []string{"id", "version", "changes"}))
-	case codecUpdated:
+	case Updated:
 		s := fieldsSchema(e, false)
 		delete(s, "minProperties")
 		return rootSchema(s)
-	case codecID:
+	case ID:
 		return rootSchema(objectSchema(map[string]any{"id": uuidSchema(), "version": versionSchema()}, []string{"id"}))
-	case codecDetail:
+	case Detail:
 		return rootSchema(objectSchema(map[string]any{"id": uuidSchema(), "asOf": timeSchema()}, []string{"id"}))
-	case codecList:
+	case List:
 		filter := map[string]any{"id": uuidSchema()}
 		sortable := []any{"id", "createdAt", "updatedAt"}
-		for _, name := range e.names {
-			fs := e.def.Fields[name]
+		for _, name := range e.Names {
+			fs := e.Fields[name]
 			filter[name] = fieldSchema(spec.Field{Type: fs.Type, Enum: fs.Enum}, true)
 			if fs.Sortable {
 				sortable = append(sortable, name)
@@ -369,7 +369,7 @@ func crudSchema(e *Entity, kind codecKind) (json.RawMessage, error) {
 			}, []string{"field"})},
 			"asOf": timeSchema(),
 		}
-		if e.def.SoftDelete {
+		if e.SoftDelete {
 			props["includeDeleted"] = map[string]any{"type": "boolean"}
 		}
 		return rootSchema(objectSchema(props, nil))

@@ -1,4 +1,4 @@
-package registry
+package codec
 
 import (
 	"bytes"
@@ -226,7 +226,7 @@ func joinPath(prefix, path string) string {
 // analyze records the struct types reachable from t and returns what makes t
 // unusable as a payload: unsupported kinds, ambiguous JSON names, invalid
 // validate tags, slices of tagged structs without `dive`.
-func (b *builder) analyze(t reflect.Type, path string) []problem {
+func (c *Codec) analyze(t reflect.Type, path string) []problem {
 	t = deref(t)
 	if opaque(t) {
 		return nil
@@ -235,7 +235,7 @@ func (b *builder) analyze(t reflect.Type, path string) []problem {
 	case reflect.Chan, reflect.Func, reflect.Complex64, reflect.Complex128, reflect.UnsafePointer, reflect.Uintptr:
 		return []problem{{path, fmt.Sprintf("type %s cannot be encoded as JSON", t)}}
 	case reflect.Slice, reflect.Array:
-		return b.analyze(t.Elem(), path+"[]")
+		return c.analyze(t.Elem(), path+"[]")
 	case reflect.Map:
 		k := t.Key()
 		switch k.Kind() {
@@ -246,12 +246,12 @@ func (b *builder) analyze(t reflect.Type, path string) []problem {
 				return []problem{{path, fmt.Sprintf("map key type %s cannot be a JSON object key", k)}}
 			}
 		}
-		return b.analyze(t.Elem(), path+"{}")
+		return c.analyze(t.Elem(), path+"{}")
 	case reflect.Struct:
 	default:
 		return nil
 	}
-	problems := b.analyzeStruct(t)
+	problems := c.analyzeStruct(t)
 	out := make([]problem, len(problems))
 	for i, p := range problems {
 		out[i] = problem{joinPath(path, p.path), p.msg}
@@ -262,28 +262,28 @@ func (b *builder) analyze(t reflect.Type, path string) []problem {
 // analyzeStruct is analyze for a struct type, with paths relative to it.
 // Results are cached; a type met again while being analyzed (a recursive
 // type) adds nothing.
-func (b *builder) analyzeStruct(t reflect.Type) []problem {
-	if problems, done := b.typeProblems[t]; done {
+func (c *Codec) analyzeStruct(t reflect.Type) []problem {
+	if problems, done := c.typeProblems[t]; done {
 		return problems
 	}
-	b.typeProblems[t] = nil
+	c.typeProblems[t] = nil
 	info, names := newStructInfo(t)
-	b.reg.structs[t] = info
+	c.structs[t] = info
 	var problems []problem
 	for _, msg := range names {
 		problems = append(problems, problem{"", msg})
 	}
-	if msg := b.dryRunValidate(t); msg != "" {
+	if msg := c.dryRunValidate(t); msg != "" {
 		problems = append(problems, problem{"", msg})
 	}
 	for _, name := range slices.Sorted(maps.Keys(info.byGo)) {
 		if gf := info.byGo[name]; gf.jsonName == "" {
-			problems = append(problems, b.analyze(gf.typ, "")...)
+			problems = append(problems, c.analyze(gf.typ, "")...)
 		}
 	}
 	for _, f := range info.fields {
 		fpath := joinKey("", f.name)
-		problems = append(problems, b.analyze(f.typ, fpath)...)
+		problems = append(problems, c.analyze(f.typ, fpath)...)
 		ft := deref(f.typ)
 		if ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array || ft.Kind() == reflect.Map {
 			et := deref(ft.Elem())
@@ -295,20 +295,20 @@ func (b *builder) analyzeStruct(t reflect.Type) []problem {
 	}
 	slices.SortFunc(problems, func(a, b problem) int { return strings.Compare(a.String(), b.String()) })
 	problems = slices.Compact(problems)
-	b.typeProblems[t] = problems
+	c.typeProblems[t] = problems
 	return problems
 }
 
 // dryRunValidate validates a zero value of struct type t, which makes the
 // validator parse every tag of t: a tag it does not know panics here, at
 // boot, rather than in a request.
-func (b *builder) dryRunValidate(t reflect.Type) (msg string) {
+func (c *Codec) dryRunValidate(t reflect.Type) (msg string) {
 	defer func() {
 		if p := recover(); p != nil {
 			msg = fmt.Sprintf("invalid validate tag: %v", p)
 		}
 	}()
-	_ = b.reg.validate.Struct(reflect.New(t).Interface())
+	_ = c.validate.Struct(reflect.New(t).Interface())
 	return ""
 }
 
@@ -383,13 +383,13 @@ func jsonErrText(err error) string {
 // decodeStruct decodes raw into a new value of t (a struct or pointer to
 // one), refusing unknown fields and wrong types with their paths, then runs
 // the validate tags.
-func (r *Registry) decodeStruct(t reflect.Type, raw []byte) (any, error) {
+func (c *Codec) decodeStruct(t reflect.Type, raw []byte) (any, error) {
 	obj, verr := parseObject(raw)
 	if verr != nil {
 		return nil, verr
 	}
 	var shape problems
-	r.check(t, obj, "", &shape)
+	c.check(t, obj, "", &shape)
 	base := deref(t)
 	ptr := reflect.New(base)
 	// obj now holds only what fits t: decode it, then run the validate tags
@@ -402,7 +402,7 @@ func (r *Registry) decodeStruct(t reflect.Type, raw []byte) (any, error) {
 		shape.fail("", "type", "does not fit the payload type")
 		return nil, shape.err()
 	}
-	if err := r.validateStruct(ptr.Interface()); err != nil {
+	if err := c.validateStruct(ptr.Interface()); err != nil {
 		var ve *ValidationError
 		if !errors.As(err, &ve) {
 			return nil, err
@@ -433,13 +433,13 @@ func within(p, q string) bool {
 	return strings.HasPrefix(p, q) && (p[len(q)] == '.' || p[len(q)] == '[')
 }
 
-func (r *Registry) validateStruct(v any) (err error) {
+func (c *Codec) validateStruct(v any) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("validate %T: %v", v, p)
 		}
 	}()
-	verr := r.validate.Struct(v)
+	verr := c.validate.Struct(v)
 	if verr == nil {
 		return nil
 	}
@@ -454,7 +454,7 @@ func (r *Registry) validateStruct(v any) (err error) {
 			out.omitted += len(ves) - i
 			break
 		}
-		out.fail(r.namespacePath(root, fe.StructNamespace()), fe.Tag(), tagMessage(fe))
+		out.fail(c.namespacePath(root, fe.StructNamespace()), fe.Tag(), tagMessage(fe))
 	}
 	return out.err()
 }
@@ -464,116 +464,149 @@ func (r *Registry) validateStruct(v any) (err error) {
 // it goes, dropping unknown fields and values that do not fit, so the rest
 // can still be decoded and validated; it returns false when v itself does
 // not fit and must be dropped by the caller.
-func (r *Registry) check(t reflect.Type, v any, path string, errs *problems) bool {
+func (c *Codec) check(t reflect.Type, v any, path string, errs *problems) bool {
 	if v == nil {
 		return true // null decodes to the zero value; "required" tags catch it
 	}
 	t = deref(t)
 	if opaque(t) {
-		return r.checkOpaque(t, v, path, errs)
-	}
-	mismatch := func(msg string) bool {
-		errs.fail(path, "type", msg)
-		return false
+		return c.checkOpaque(t, v, path, errs)
 	}
 	switch t.Kind() {
 	case reflect.Interface:
+		return true
 	case reflect.Struct:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return mismatch("must be an object")
-		}
-		info := r.structs[t]
-		if info == nil {
-			return r.checkOpaque(t, v, path, errs)
-		}
-		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			i, ok := info.byJSON[k]
-			if !ok {
-				errs.fail(joinKey(path, k), "unknown_field", "is not a known field")
-				delete(obj, k)
-				continue
-			}
-			f := info.fields[i]
-			fits := false
-			if f.asString {
-				fits = r.checkQuoted(f.typ, obj[k], joinKey(path, k), errs)
-			} else {
-				fits = r.check(f.typ, obj[k], joinKey(path, k), errs)
-			}
-			if !fits {
-				delete(obj, k)
-			}
-		}
+		return c.checkStruct(t, v, path, errs)
 	case reflect.Slice, reflect.Array:
-		if t.Elem().Kind() == reflect.Uint8 && t.Kind() == reflect.Slice {
-			if _, ok := v.(string); !ok {
-				return mismatch("must be a base64 string")
-			}
-			return r.checkOpaque(t, v, path, errs)
-		}
-		arr, ok := v.([]any)
+		return c.checkArray(t, v, path, errs)
+	case reflect.Map:
+		return c.checkMap(t, v, path, errs)
+	}
+	if msg := scalarMismatch(t, v); msg != "" {
+		errs.fail(path, "type", msg)
+		return false
+	}
+	return true
+}
+
+// checkStruct is check for a struct type: an object whose members are the
+// type's JSON fields.
+func (c *Codec) checkStruct(t reflect.Type, v any, path string, errs *problems) bool {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		errs.fail(path, "type", "must be an object")
+		return false
+	}
+	info := c.structs[t]
+	if info == nil {
+		return c.checkOpaque(t, v, path, errs)
+	}
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		i, ok := info.byJSON[k]
 		if !ok {
-			return mismatch("must be an array")
+			errs.fail(joinKey(path, k), "unknown_field", "is not a known field")
+			delete(obj, k)
+			continue
 		}
-		if t.Kind() == reflect.Array && len(arr) > t.Len() {
-			errs.fail(path, "max", fmt.Sprintf("must have at most %d items", t.Len()))
+		f := info.fields[i]
+		fits := false
+		if f.asString {
+			fits = c.checkQuoted(f.typ, obj[k], joinKey(path, k), errs)
+		} else {
+			fits = c.check(f.typ, obj[k], joinKey(path, k), errs)
+		}
+		if !fits {
+			delete(obj, k)
+		}
+	}
+	return true
+}
+
+// checkArray is check for a slice or array type; a []byte is a base64
+// string.
+func (c *Codec) checkArray(t reflect.Type, v any, path string, errs *problems) bool {
+	if t.Elem().Kind() == reflect.Uint8 && t.Kind() == reflect.Slice {
+		if _, ok := v.(string); !ok {
+			errs.fail(path, "type", "must be a base64 string")
 			return false
 		}
-		for i, e := range arr {
-			if !r.check(t.Elem(), e, joinIndex(path, i), errs) {
-				arr[i] = nil
-			}
+		return c.checkOpaque(t, v, path, errs)
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		errs.fail(path, "type", "must be an array")
+		return false
+	}
+	if t.Kind() == reflect.Array && len(arr) > t.Len() {
+		errs.fail(path, "max", fmt.Sprintf("must have at most %d items", t.Len()))
+		return false
+	}
+	for i, e := range arr {
+		if !c.check(t.Elem(), e, joinIndex(path, i), errs) {
+			arr[i] = nil
 		}
-	case reflect.Map:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return mismatch("must be an object")
+	}
+	return true
+}
+
+// checkMap is check for a map type; maps with other than string keys are
+// checked by decoding.
+func (c *Codec) checkMap(t reflect.Type, v any, path string, errs *problems) bool {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		errs.fail(path, "type", "must be an object")
+		return false
+	}
+	if t.Key().Kind() != reflect.String {
+		return c.checkOpaque(t, v, path, errs)
+	}
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if !c.check(t.Elem(), obj[k], joinKey(path, k), errs) {
+			delete(obj, k)
 		}
-		if t.Key().Kind() != reflect.String {
-			return r.checkOpaque(t, v, path, errs)
-		}
-		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			if !r.check(t.Elem(), obj[k], joinKey(path, k), errs) {
-				delete(obj, k)
-			}
-		}
+	}
+	return true
+}
+
+// scalarMismatch says why v does not fit scalar type t; "" when it fits.
+func scalarMismatch(t reflect.Type, v any) string {
+	switch t.Kind() {
 	case reflect.String:
 		if _, ok := v.(string); !ok {
-			return mismatch("must be a string")
+			return "must be a string"
 		}
 	case reflect.Bool:
 		if _, ok := v.(bool); !ok {
-			return mismatch("must be a boolean")
+			return "must be a boolean"
 		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n, ok := v.(json.Number)
 		if !ok {
-			return mismatch("must be an integer")
+			return "must be an integer"
 		}
 		if _, err := strconv.ParseInt(n.String(), 10, t.Bits()); err != nil {
-			return mismatch(numberProblem(err, "an integer"))
+			return numberProblem(err, "an integer")
 		}
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		n, ok := v.(json.Number)
 		if !ok {
-			return mismatch("must be a non-negative integer")
+			return "must be a non-negative integer"
 		}
 		if _, err := strconv.ParseUint(n.String(), 10, t.Bits()); err != nil {
-			return mismatch(numberProblem(err, "a non-negative integer"))
+			return numberProblem(err, "a non-negative integer")
 		}
 	case reflect.Float32, reflect.Float64:
 		n, ok := v.(json.Number)
 		if !ok {
-			return mismatch("must be a number")
+			return "must be a number"
 		}
 		if _, err := strconv.ParseFloat(n.String(), t.Bits()); err != nil {
-			return mismatch(numberProblem(err, "a number"))
+			return numberProblem(err, "a number")
 		}
 	default:
-		return mismatch("has a type that cannot be decoded")
+		return "has a type that cannot be decoded"
 	}
-	return true
+	return ""
 }
 
 func numberProblem(err error, want string) string {
@@ -585,7 +618,7 @@ func numberProblem(err error, want string) string {
 
 // checkQuoted checks a field with the ",string" option: a JSON string that
 // holds the encoded value.
-func (r *Registry) checkQuoted(t reflect.Type, v any, path string, errs *problems) bool {
+func (c *Codec) checkQuoted(t reflect.Type, v any, path string, errs *problems) bool {
 	if v == nil {
 		return true
 	}
@@ -600,12 +633,12 @@ func (r *Registry) checkQuoted(t reflect.Type, v any, path string, errs *problem
 		errs.fail(path, "type", "must be a string holding the value")
 		return false
 	}
-	return r.check(t, inner, path, errs)
+	return c.check(t, inner, path, errs)
 }
 
 // checkOpaque decodes v into a fresh value of t to see whether it fits. A
 // time must also be one the database can store (see ParseTime).
-func (r *Registry) checkOpaque(t reflect.Type, v any, path string, errs *problems) bool {
+func (c *Codec) checkOpaque(t reflect.Type, v any, path string, errs *problems) bool {
 	raw, err := json.Marshal(v)
 	dst := reflect.New(t)
 	if err == nil {
@@ -633,7 +666,7 @@ func (r *Registry) checkOpaque(t reflect.Type, v any, path string, errs *problem
 
 // namespacePath turns a validator struct namespace (Go field names, e.g.
 // "Order.Items[2].Name") into a JSON path ("items[2].name").
-func (r *Registry) namespacePath(root reflect.Type, ns string) string {
+func (c *Codec) namespacePath(root reflect.Type, ns string) string {
 	if name := root.Name(); name != "" {
 		ns = strings.TrimPrefix(ns, name+".")
 	}
@@ -647,7 +680,7 @@ func (r *Registry) namespacePath(root reflect.Type, ns string) string {
 		seg := ns[:end]
 		ns = ns[end:]
 		if seg != "" {
-			info := r.structs[deref(cur)]
+			info := c.structs[deref(cur)]
 			gf, ok := goField{}, false
 			if info != nil {
 				gf, ok = info.byGo[seg]
