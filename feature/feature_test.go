@@ -333,10 +333,6 @@ func TestCrudVerbs(t *testing.T) {
 	require.Equal(t, []string{"task.created", "task.updated", "task.deleted", "task.restored", "", ""}, events)
 	require.True(t, feature.VerbRestore.IsWrite())
 	require.False(t, feature.VerbList.IsWrite())
-	require.Equal(t, "write", feature.KindWrite.String())
-	require.Equal(t, "command", feature.KindCommand.String())
-	require.Equal(t, "query", feature.KindQuery.String())
-	require.Equal(t, "HandlerKind(9)", feature.HandlerKind(9).String())
 }
 
 func TestHandleCommandWithNilFunctionRecordsNothingCallable(t *testing.T) {

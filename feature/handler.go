@@ -7,33 +7,6 @@ import (
 	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
-// HandlerKind says how a handler is reached and which transaction it runs in.
-type HandlerKind int
-
-// Handler kinds.
-const (
-	// KindWrite is a generated CRUD write (create, update, delete, restore),
-	// executed by the framework in a write transaction.
-	KindWrite HandlerKind = iota + 1
-	// KindCommand is a [Registrar.Command] handler, run in a write transaction.
-	KindCommand
-	// KindQuery is a read: a CRUD list or detail or a [Registrar.Query] handler.
-	KindQuery
-)
-
-// String is "write", "command" or "query".
-func (k HandlerKind) String() string {
-	switch k {
-	case KindWrite:
-		return "write"
-	case KindCommand:
-		return "command"
-	case KindQuery:
-		return "query"
-	}
-	return fmt.Sprintf("HandlerKind(%d)", int(k))
-}
-
 // HandlerFunc is a command or query handler with its input type erased: in is
 // a value of the handler's input type, as produced by the registry's payload
 // decoding. The result is the response's data.

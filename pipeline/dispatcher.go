@@ -132,16 +132,16 @@ type Request struct {
 // Write runs a CRUD write (create, update, delete, restore) and returns the
 // entity's row as the caller may see it.
 func (d *Dispatcher) Write(ctx context.Context, c Caller, req Request) (any, error) {
-	return d.writeOne(ctx, c, req, feature.KindWrite)
+	return d.writeOne(ctx, c, req, registry.KindWrite)
 }
 
 // Command runs a command handler in a write transaction and returns what the
 // handler returned.
 func (d *Dispatcher) Command(ctx context.Context, c Caller, req Request) (any, error) {
-	return d.writeOne(ctx, c, req, feature.KindCommand)
+	return d.writeOne(ctx, c, req, registry.KindCommand)
 }
 
-func (d *Dispatcher) writeOne(ctx context.Context, c Caller, req Request, kind feature.HandlerKind) (any, error) {
+func (d *Dispatcher) writeOne(ctx context.Context, c Caller, req Request, kind registry.HandlerKind) (any, error) {
 	h, in, gerr := d.gate(c, req, kind)
 	if gerr != nil {
 		return nil, gerr
@@ -168,7 +168,7 @@ func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any
 	hs := make([]registry.Handler, len(reqs))
 	ins := make([]any, len(reqs))
 	for i, req := range reqs {
-		h, in, gerr := d.gate(c, req, feature.KindWrite, feature.KindCommand)
+		h, in, gerr := d.gate(c, req, registry.KindWrite, registry.KindCommand)
 		if gerr != nil {
 			return nil, gerr.with("failedIndex", i)
 		}
@@ -215,7 +215,7 @@ func (d *Dispatcher) inWriteTx(ctx context.Context, c *Caller, fn func(ctx conte
 // Query runs a CRUD list or detail or a query handler. Query handlers run in
 // a read-only transaction.
 func (d *Dispatcher) Query(ctx context.Context, c Caller, req Request) (any, error) {
-	h, in, gerr := d.gate(c, req, feature.KindQuery)
+	h, in, gerr := d.gate(c, req, registry.KindQuery)
 	if gerr != nil {
 		return nil, gerr
 	}
@@ -246,7 +246,7 @@ func (d *Dispatcher) Query(ctx context.Context, c Caller, req Request) (any, err
 // gate runs the checks every request passes before its handler, in order:
 // the handler exists (for this kind of request), the caller may call it, the
 // payload is valid, and the caller may write the fields it sends.
-func (d *Dispatcher) gate(c Caller, req Request, kinds ...feature.HandlerKind) (registry.Handler, any, *Error) {
+func (d *Dispatcher) gate(c Caller, req Request, kinds ...registry.HandlerKind) (registry.Handler, any, *Error) {
 	h, ok := d.reg.Handler(req.Type)
 	if !ok || !slices.Contains(kinds, h.Kind) {
 		return h, nil, notFoundf("handler_not_found", "no %s handler %q", kinds[0], req.Type)
@@ -299,7 +299,7 @@ func (d *Dispatcher) checkFieldWrite(u feature.User, h registry.Handler, raw jso
 // in an inline projection's apply is an error, so tx rolls back.
 func (d *Dispatcher) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (out any, err error) {
 	err = runAuthor(d.log, func() (err error) {
-		if h.Kind == feature.KindCommand {
+		if h.Kind == registry.KindCommand {
 			out, err = h.Invoke(d.newCommandContext(ctx, tx, c, h.Feature), in)
 			if err == nil {
 				// The answer is encoded after the commit: a result that

@@ -493,9 +493,9 @@ func (b *builder) crud(feat string, c spec.Crud) {
 		if !b.claimHandler(feat, hitem, name) {
 			continue
 		}
-		kind := feature.KindQuery
+		kind := KindQuery
 		if v.IsWrite() {
-			kind = feature.KindWrite
+			kind = KindWrite
 		}
 		p := b.crudCodec(feat, hitem, name, e, codecs[v])
 		b.reg.handlers[name] = Handler{Name: name, Kind: kind, Feature: feat, Access: rule, Input: p.Type, Verb: v, Entity: c.Entity}
@@ -510,9 +510,9 @@ func (b *builder) handler(feat string, def spec.Handler) {
 		b.fail(feat, item, RuleName, "handler names are lowercase and dotted, like task.complete")
 		return
 	}
-	kind := feature.KindCommand
+	kind := KindCommand
 	if def.Query {
-		kind = feature.KindQuery
+		kind = KindQuery
 	}
 	access := def.Access.(feature.Rule)
 	ruleOK := b.checkRule(feat, item, access, "pass feature.Roles, feature.AnyUser or feature.Anonymous")

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -51,10 +52,38 @@ func (f FeatureInfo) clone() FeatureInfo {
 	return f
 }
 
+// HandlerKind says how a compiled handler is reached and which transaction
+// it runs in.
+type HandlerKind int
+
+// Handler kinds.
+const (
+	// KindWrite is a generated CRUD write (create, update, delete, restore),
+	// executed by the framework in a write transaction.
+	KindWrite HandlerKind = iota + 1
+	// KindCommand is a feature.Registrar.Command handler, run in a write transaction.
+	KindCommand
+	// KindQuery is a read: a CRUD list or detail or a feature.Registrar.Query handler.
+	KindQuery
+)
+
+// String is "write", "command" or "query".
+func (k HandlerKind) String() string {
+	switch k {
+	case KindWrite:
+		return "write"
+	case KindCommand:
+		return "command"
+	case KindQuery:
+		return "query"
+	}
+	return fmt.Sprintf("HandlerKind(%d)", int(k))
+}
+
 // Handler is a compiled command, query or CRUD handler.
 type Handler struct {
 	Name    string
-	Kind    feature.HandlerKind
+	Kind    HandlerKind
 	Feature string
 	// Access is the resolved rule; never zero or Deny.
 	Access feature.Rule

@@ -206,7 +206,7 @@ func TestHandlers(t *testing.T) {
 
 	create, ok := reg.Handler("task.create")
 	require.True(t, ok)
-	require.Equal(t, feature.KindWrite, create.Kind)
+	require.Equal(t, registry.KindWrite, create.Kind)
 	require.Equal(t, feature.VerbCreate, create.Verb)
 	require.Equal(t, "task", create.Entity)
 	require.Equal(t, "tasks", create.Feature)
@@ -215,12 +215,12 @@ func TestHandlers(t *testing.T) {
 	require.True(t, create.Access.Allows(feature.User{Roles: []string{"User"}, Authenticated: true}))
 
 	list, _ := reg.Handler("task.list")
-	require.Equal(t, feature.KindQuery, list.Kind)
+	require.Equal(t, registry.KindQuery, list.Kind)
 	require.Equal(t, "any-user", list.Access.String())
 
 	complete, ok := reg.Handler("task.complete")
 	require.True(t, ok)
-	require.Equal(t, feature.KindCommand, complete.Kind)
+	require.Equal(t, registry.KindCommand, complete.Kind)
 	require.Equal(t, reflect.TypeFor[CompleteTask](), complete.Input)
 	id := uuid.New()
 	in, err := reg.DecodePayload("task.complete", json.RawMessage(`{"id":"`+id.String()+`","version":3}`))
@@ -239,7 +239,12 @@ func TestHandlers(t *testing.T) {
 
 	stats, ok := reg.Handler("task.stats")
 	require.True(t, ok)
-	require.Equal(t, feature.KindQuery, stats.Kind)
+	require.Equal(t, registry.KindQuery, stats.Kind)
+
+	require.Equal(t, "write", registry.KindWrite.String())
+	require.Equal(t, "command", registry.KindCommand.String())
+	require.Equal(t, "query", registry.KindQuery.String())
+	require.Equal(t, "HandlerKind(9)", registry.HandlerKind(9).String())
 	out, err = stats.Invoke(fakeCtx{}, StatsQuery{Month: "2026-04"})
 	require.NoError(t, err)
 	require.Equal(t, Stats{Open: 3, Done: 7}, out)
