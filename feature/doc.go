@@ -8,7 +8,8 @@
 // nothing touches a database, and mistakes are recorded rather than panicked.
 // The registry package compiles a set of features into an immutable,
 // validated registry and reports every recorded mistake at boot, naming the
-// feature and the item.
+// feature and the item. What a feature recorded reaches the registry through
+// [Feature.Spec] as internal records; authors never handle them.
 //
 // The package also defines the contract between feature code and the runtime:
 // the [CommandContext], [ApplyContext] and [ProjectionContext] interfaces that
