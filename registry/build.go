@@ -130,7 +130,7 @@ func (b *builder) build(features []*feature.Feature) {
 	b.migrations()
 	for _, d := range b.defs {
 		for _, c := range d.Cruds {
-			b.crud(d.Name, c)
+			b.crud(d.Name, c.Entity, c.Access.(feature.Access))
 		}
 		for _, h := range d.Handlers {
 			b.handler(d.Name, h)
@@ -145,7 +145,7 @@ func (b *builder) build(features []*feature.Feature) {
 	}
 	for _, d := range b.defs {
 		for _, p := range d.Projections {
-			b.projection(d.Name, p)
+			b.projection(d.Name, p.Name, p.Inline.(feature.InlineProjection))
 		}
 		for _, m := range d.MSPs {
 			b.msp(d.Name, m.(feature.MultiStreamProjection))
@@ -452,19 +452,18 @@ func (b *builder) claimHandler(feat, item, name string) bool {
 }
 
 // crud generates an entity's CRUD handlers.
-func (b *builder) crud(feat string, c spec.Crud) {
-	item := fmt.Sprintf("crud %q", c.Entity)
-	access := c.Access.(feature.Access)
-	owner, ok := b.entityOwner[c.Entity]
+func (b *builder) crud(feat, entity string, access feature.Access) {
+	item := fmt.Sprintf("crud %q", entity)
+	owner, ok := b.entityOwner[entity]
 	switch {
 	case !ok:
-		b.fail(feat, item, RuleCrud, "Crud for entity %q, which is not declared", c.Entity)
+		b.fail(feat, item, RuleCrud, "Crud for entity %q, which is not declared", entity)
 		return
 	case owner != feat:
-		b.fail(feat, item, RuleCrud, "entity %q belongs to feature %q; only its feature can declare Crud", c.Entity, owner)
+		b.fail(feat, item, RuleCrud, "entity %q belongs to feature %q; only its feature can declare Crud", entity, owner)
 		return
 	}
-	e := b.reg.entities[c.Entity]
+	e := b.reg.entities[entity]
 	if len(e.verbs) > 0 {
 		b.fail(feat, item, RuleCrud, "Crud is declared twice for the entity")
 		return
@@ -474,11 +473,11 @@ func (b *builder) crud(feat string, c spec.Crud) {
 		feature.VerbRestore: codec.ID, feature.VerbList: codec.List, feature.VerbDetail: codec.Detail,
 	}
 	for _, v := range feature.CrudVerbs() {
-		name := v.HandlerName(c.Entity)
+		name := v.HandlerName(entity)
 		hitem := fmt.Sprintf("handler %q", name)
 		if v == feature.VerbRestore && !e.def.SoftDelete {
 			if !access.Restore.IsZero() {
-				b.fail(feat, hitem, RuleCrud, "Access.Restore is set but entity %q has no SoftDelete, so there is nothing to restore", c.Entity)
+				b.fail(feat, hitem, RuleCrud, "Access.Restore is set but entity %q has no SoftDelete, so there is nothing to restore", entity)
 			}
 			continue
 		}
@@ -498,7 +497,7 @@ func (b *builder) crud(feat string, c spec.Crud) {
 			kind = KindWrite
 		}
 		p := b.crudCodec(feat, hitem, name, e, codecs[v])
-		b.reg.handlers[name] = Handler{Name: name, Kind: kind, Feature: feat, Access: rule, Input: p.Type, Verb: v, Entity: c.Entity}
+		b.reg.handlers[name] = Handler{Name: name, Kind: kind, Feature: feat, Access: rule, Input: p.Type, Verb: v, Entity: entity}
 		e.verbs = append(e.verbs, v)
 	}
 }
@@ -621,16 +620,12 @@ func (b *builder) claimProjection(feat, item, name string) bool {
 }
 
 // projection compiles an inline projection.
-func (b *builder) projection(feat string, d spec.Projection) {
-	def := struct {
-		Name string
-		feature.InlineProjection
-	}{d.Name, d.Inline.(feature.InlineProjection)}
-	item := fmt.Sprintf("projection %q", def.Name)
-	if !b.claimProjection(feat, item, def.Name) {
+func (b *builder) projection(feat, name string, def feature.InlineProjection) {
+	item := fmt.Sprintf("projection %q", name)
+	if !b.claimProjection(feat, item, name) {
 		return
 	}
-	b.info[feat].Projections = append(b.info[feat].Projections, def.Name)
+	b.info[feat].Projections = append(b.info[feat].Projections, name)
 	ok := true
 	switch owner, known := b.entityOwner[def.Source]; {
 	case def.Source == "":
@@ -667,9 +662,9 @@ func (b *builder) projection(feat string, d spec.Projection) {
 	if !ok {
 		return
 	}
-	p := &Projection{name: def.Name, feature: feat, source: def.Source, table: def.Table.Clone(),
+	p := &Projection{name: name, feature: feat, source: def.Source, table: def.Table.Clone(),
 		apply: maps.Clone(def.Apply), events: slices.Sorted(maps.Keys(def.Apply))}
-	b.reg.projections[def.Name] = p
+	b.reg.projections[name] = p
 	b.reg.projOrder = append(b.reg.projOrder, p)
 	b.reg.bySource[def.Source] = append(b.reg.bySource[def.Source], p)
 }

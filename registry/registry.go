@@ -61,9 +61,11 @@ const (
 	// KindWrite is a generated CRUD write (create, update, delete, restore),
 	// executed by the framework in a write transaction.
 	KindWrite HandlerKind = iota + 1
-	// KindCommand is a feature.Registrar.Command handler, run in a write transaction.
+	// KindCommand is a command (feature.Registrar.Command, HandleCommand),
+	// run in a write transaction.
 	KindCommand
-	// KindQuery is a read: a CRUD list or detail or a feature.Registrar.Query handler.
+	// KindQuery is a read: a CRUD list or detail or a query
+	// (feature.Registrar.Query, HandleQuery), run read-only.
 	KindQuery
 )
 
