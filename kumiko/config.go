@@ -3,9 +3,9 @@
 // returns, with Start and Stop, in plain Go; and the fx [Module], a thin
 // wrapper over New for applications that compose their own fx graph.
 //
-// The command line of an app binary (serve, worker and the operations
-// commands) is Main in package github.com/kumiko-go/kumiko/cli; this
-// package does not depend on it, nor on a command-line library.
+// [Main] is the command line of an app binary (serve, worker and the
+// operations commands), a short shim over the commands it shares with
+// cmd/kumiko.
 //
 // Every part New wires is also constructible by hand: eventstore.New,
 // registry.Build, pipeline.New, idempotency.NewRedisStore or
@@ -38,11 +38,11 @@ const SharedInstanceID = "__shared__"
 const DefaultIdleInTransactionTimeout = 60 * time.Second
 
 // Config configures a server. The zero value is not enough on its own:
-// DatabaseURL and JWTSecret must be set (cli.Main fills them from the
+// DatabaseURL and JWTSecret must be set (Main fills them from the
 // environment, with development defaults).
 type Config struct {
 	// Name of the application, used in logs and for the development
-	// database cli.Main creates. Default "kumiko".
+	// database Main creates. Default "kumiko".
 	Name string
 	// DatabaseURL of PostgreSQL (postgres:// URL). Required.
 	DatabaseURL string
@@ -264,7 +264,7 @@ func (c Config) validate() error {
 // FromEnv fills the zero fields of c from the environment: DATABASE_URL,
 // REDIS_URL, KUMIKO_JWT_SECRET, KUMIKO_JWT_ISSUER, KUMIKO_JWT_AUDIENCE,
 // KUMIKO_ADMIN_ROLE, KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR,
-// KUMIKO_SCHEMA and KUMIKO_INSTANCE_ID. Only cli.Main and commands call it;
+// KUMIKO_SCHEMA and KUMIKO_INSTANCE_ID. Only Main and the commands call it;
 // the library never reads the environment.
 func (c Config) FromEnv() Config {
 	set := func(field *string, env string) {

@@ -2,10 +2,12 @@ package kumiko_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"os"
 	"os/signal"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/fx"
 
 	"github.com/kumiko-go/kumiko/kumiko"
@@ -52,4 +54,25 @@ func ExampleModule() {
 			// the app's own components use the wired parts
 		}),
 	).Run()
+}
+
+// The whole main of an app binary: `tasks serve`, `tasks worker`,
+// `tasks migrate`, `tasks events tail --follow`, …
+func ExampleMain() {
+	kumiko.Main(kumiko.Config{Name: "tasks"}, tasks.Feature)
+}
+
+// An app binary with a command of its own next to Main's.
+func ExampleNewCommand() {
+	root := kumiko.NewCommand(kumiko.Config{Name: "tasks"}, tasks.Feature)
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "tasks 1.0") },
+	})
+	root.SetArgs([]string{"version"})
+	if err := root.Execute(); err != nil {
+		panic(err)
+	}
+	// Output: tasks 1.0
 }

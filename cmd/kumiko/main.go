@@ -3,7 +3,7 @@
 // enable, inspect (payloads as stored: without the app's features nothing
 // is upcast), events tail|prune and token. The commands that need the app's
 // registry (events asof of an entity's state, for one) live on the app's own
-// binary (cli.Main), which offers these as well.
+// binary (kumiko.Main), which offers these as well.
 //
 // Connection settings come from --database-url and --schema, else
 // DATABASE_URL and KUMIKO_SCHEMA, else the local development server.

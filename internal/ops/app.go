@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/signal"
@@ -20,7 +21,7 @@ import (
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/internal/spec"
-	"github.com/kumiko-go/kumiko/kumiko"
+	"github.com/kumiko-go/kumiko/registry"
 )
 
 // Development defaults used when the environment does not say.
@@ -28,11 +29,54 @@ const (
 	devServerURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	devJWTSecret = "kumiko-development-secret-not-for-production"
 	devTenant    = "01900000-0000-7000-8000-000000000001"
+	defaultName  = "kumiko"
 )
 
-// Main runs the command line of an app binary (NewCommand) and exits
-// non-zero when the command fails.
-func Main(cfg kumiko.Config, features ...*feature.Feature) { Execute(NewCommand(cfg, features...)) }
+// Settings are the values the commands read from an app's configuration,
+// resolved for one command: its flags, then the app's Config, then the
+// environment, then the defaults.
+type Settings struct {
+	Name            string // the app's name; the development database is named after it
+	DatabaseURL     string // empty: the local development server
+	Schema          string // the schema holding the kumiko tables
+	JWTSecret       string // empty: the development secret
+	JWTIssuer       string // iss claim of issued tokens, when set
+	JWTAudience     string // aud claim of issued tokens, when set
+	AdminRole       string // the tenant admin role
+	OperatorRole    string // the role that sees consumers, projections and metrics
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+}
+
+// Server is an app built for serve or worker: validated, with nothing
+// created in the database before Start.
+type Server interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	// Addr is the HTTP API's listen address once started.
+	Addr() string
+	// InstanceID is the id the app delivers events as.
+	InstanceID() string
+	// Registry is the app's compiled features.
+	Registry() *registry.Registry
+}
+
+// App is what an app binary hands the commands: the kumiko facade builds it
+// from its Config and features, so this package does not depend on it.
+type App struct {
+	// Name is the binary's name, the root command's.
+	Name string
+	// Features are the app's features; nil gives the generic commands of
+	// cmd/kumiko, which see events as stored.
+	Features []*feature.Feature
+	// Resolve fills the zero fields of s (the flags' values) from the app's
+	// configuration, the environment and the defaults. Nil: the environment
+	// and the defaults only.
+	Resolve func(s Settings) Settings
+	// Build builds the app for serve (withHTTP) or worker with the resolved
+	// settings' database URL and JWT secret. Nil: no serve and worker.
+	Build func(ctx context.Context, s Settings, withHTTP bool) (Server, error)
+}
 
 // Execute runs root until SIGINT or SIGTERM cancels its context and exits 1
 // when it fails; cobra has printed the error, once, by then.
@@ -45,91 +89,117 @@ func Execute(root *cobra.Command) {
 	}
 }
 
-// NewCommand is the command tree of an app binary: serve, worker and the
-// operations commands with the app's features.
-//
-// Fields of cfg left zero are read from the environment (see
-// kumiko.Config.FromEnv). For a development machine it fills in the rest:
-// without DATABASE_URL it uses the local PostgreSQL and creates a database
-// named after the app; without KUMIKO_JWT_SECRET it uses a development
-// secret and serve prints a token to try the API with.
-func NewCommand(cfg kumiko.Config, features ...*feature.Feature) *cobra.Command {
-	name := cfg.WithDefaults().Name
+// NewCommand is the command tree of a binary: serve and worker when app can
+// build a server, and the operations commands.
+func NewCommand(app App) *cobra.Command {
+	name := app.Name
+	if name == "" {
+		name = defaultName
+	}
 	root := &cobra.Command{Use: name, Short: name + ", a kumiko application", SilenceUsage: true}
-	root.AddCommand(&cobra.Command{
-		Use:   "serve",
-		Short: "Run the HTTP API and deliver events to consumers",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(cmd.Context(), cmd.OutOrStdout(), cfg, features, true)
-		},
-	}, &cobra.Command{
-		Use:   "worker",
-		Short: "Only deliver events to consumers (no HTTP API)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(cmd.Context(), cmd.OutOrStdout(), cfg, features, false)
-		},
-	})
-	root.AddCommand(commands(cfg, features...)...)
+	if app.Build != nil {
+		root.AddCommand(&cobra.Command{
+			Use:   "serve",
+			Short: "Run the HTTP API and deliver events to consumers",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return serve(cmd.Context(), cmd.OutOrStdout(), app, true)
+			},
+		}, &cobra.Command{
+			Use:   "worker",
+			Short: "Only deliver events to consumers (no HTTP API)",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return serve(cmd.Context(), cmd.OutOrStdout(), app, false)
+			},
+		})
+	}
+	root.AddCommand(commands(app)...)
 	return root
 }
 
 // Generic is the command tree of cmd/kumiko: the operations commands that
 // need no app features.
 func Generic() *cobra.Command {
-	root := &cobra.Command{
-		Use:          "kumiko",
-		Short:        "Operate a kumiko event store",
-		SilenceUsage: true,
-	}
-	// nil features: the generic commands.
-	root.AddCommand(commands(kumiko.Config{Name: "kumiko"})...)
+	root := NewCommand(App{Name: defaultName})
+	root.Short = "Operate a kumiko event store"
 	return root
+}
+
+// resolve fills the zero fields of s through app.Resolve, else from the
+// environment and the defaults.
+func (app App) resolve(s Settings) Settings {
+	if app.Resolve != nil {
+		return app.Resolve(s)
+	}
+	return s.fromEnv()
+}
+
+// fromEnv fills the zero fields of s from the environment variables
+// kumiko.Config.FromEnv reads, then the defaults of kumiko.Config.
+func (s Settings) fromEnv() Settings {
+	set := func(field *string, env, def string) {
+		if *field == "" {
+			*field = os.Getenv(env)
+		}
+		if *field == "" {
+			*field = def
+		}
+	}
+	set(&s.DatabaseURL, "DATABASE_URL", "")
+	set(&s.Schema, "KUMIKO_SCHEMA", "public")
+	set(&s.JWTSecret, "KUMIKO_JWT_SECRET", "")
+	set(&s.JWTIssuer, "KUMIKO_JWT_ISSUER", "")
+	set(&s.JWTAudience, "KUMIKO_JWT_AUDIENCE", "")
+	set(&s.AdminRole, "KUMIKO_ADMIN_ROLE", khttp.DefaultAdminRole)
+	set(&s.OperatorRole, "KUMIKO_OPERATOR_ROLE", khttp.DefaultOperatorRole)
+	if s.Name == "" {
+		s.Name = defaultName
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	return s
 }
 
 // serve builds the app (validating the configuration and the features
 // before anything touches the database), starts it and runs it until ctx
 // ends.
-func serve(ctx context.Context, out io.Writer, cfg kumiko.Config, features []*feature.Feature, withHTTP bool) error {
-	cfg = cfg.FromEnv().WithDefaults()
+func serve(ctx context.Context, out io.Writer, app App, withHTTP bool) error {
+	s := app.resolve(Settings{})
 	devDB, dev := false, false
-	if cfg.DatabaseURL == "" {
-		cfg.DatabaseURL, devDB, dev = devDatabaseURL(cfg.Name), true, true
+	if s.DatabaseURL == "" {
+		s.DatabaseURL, devDB, dev = devDatabaseURL(s.Name), true, true
 	}
-	if cfg.JWTSecret == "" {
-		cfg.Logger.Warn("kumiko: no KUMIKO_JWT_SECRET; using the development secret")
-		cfg.JWTSecret, dev = devJWTSecret, true
+	if s.JWTSecret == "" {
+		s.Logger.Warn("kumiko: no KUMIKO_JWT_SECRET; using the development secret")
+		s.JWTSecret, dev = devJWTSecret, true
 	}
-	build := kumiko.New
-	if !withHTTP {
-		build = kumiko.BuildWorker
-	}
-	app, err := build(ctx, cfg, features...)
+	srv, err := app.Build(ctx, s, withHTTP)
 	if err != nil {
 		return err
 	}
 	if devDB {
-		if err := createDevDatabase(ctx, cfg.DatabaseURL); err != nil {
-			return errors.Join(err, app.Stop(ctx))
+		if err := createDevDatabase(ctx, s.DatabaseURL); err != nil {
+			return errors.Join(err, srv.Stop(ctx))
 		}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = app.Start(startCtx)
+	err = srv.Start(startCtx)
 	cancel()
 	if err != nil {
 		return err
 	}
 	if dev && withHTTP {
-		printDevHelp(out, app)
+		printDevHelp(out, s, srv)
 	}
 	if !withHTTP {
-		fmt.Fprintf(out, "%s worker %s is delivering events\n", cfg.Name, app.Parts().Config.InstanceID)
+		fmt.Fprintf(out, "%s worker %s is delivering events\n", s.Name, srv.InstanceID())
 	}
 	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+5*time.Second)
+	stopCtx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout+5*time.Second)
 	defer cancel()
-	return app.Stop(stopCtx)
+	return srv.Stop(stopCtx)
 }
 
 var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
@@ -169,25 +239,24 @@ func createDevDatabase(ctx context.Context, dbURL string) error {
 
 // devRoles are the roles of the development token: on a development machine
 // one person is user, tenant admin and operator.
-func devRoles(cfg kumiko.Config) []string { return []string{cfg.AdminRole, "User", cfg.OperatorRole} }
+func devRoles(s Settings) []string { return []string{s.AdminRole, "User", s.OperatorRole} }
 
 // printDevHelp prints a development token and a request to paste.
-func printDevHelp(out io.Writer, app *kumiko.App) {
-	p := app.Parts()
-	roles := devRoles(p.Config)
-	token, err := khttp.IssueToken([]byte(p.Config.JWTSecret), "dev", devTenant, roles, 24*time.Hour, tokenOptions(p.Config)...)
+func printDevHelp(out io.Writer, s Settings, srv Server) {
+	roles := devRoles(s)
+	token, err := khttp.IssueToken([]byte(s.JWTSecret), "dev", devTenant, roles, 24*time.Hour, tokenOptions(s)...)
 	if err != nil {
 		fmt.Fprintf(out, "could not issue a development token: %v\n", err)
 		return
 	}
-	addr := app.Addr()
+	addr := srv.Addr()
 	if strings.HasPrefix(addr, "[::]:") || strings.HasPrefix(addr, "0.0.0.0:") {
 		addr = "localhost:" + addr[strings.LastIndex(addr, ":")+1:]
 	}
-	fmt.Fprintf(out, "\n%s is ready on http://%s (database %s)\n", p.Config.Name, addr, redactURL(p.Config.DatabaseURL))
+	fmt.Fprintf(out, "\n%s is ready on http://%s (database %s)\n", s.Name, addr, redactURL(s.DatabaseURL))
 	fmt.Fprintf(out, "Development token for user dev in tenant %s, roles %s, valid 24 h:\n\n", devTenant, strings.Join(roles, ", "))
 	fmt.Fprintf(out, "export TOKEN=%s\n", token)
-	for _, e := range p.Registry.Entities() {
+	for _, e := range srv.Registry().Entities() {
 		for _, v := range e.Verbs() {
 			if v != feature.VerbCreate {
 				continue
@@ -199,14 +268,14 @@ func printDevHelp(out io.Writer, app *kumiko.App) {
 	}
 }
 
-// tokenOptions are the iss and aud claims cfg's server checks.
-func tokenOptions(cfg kumiko.Config) []khttp.TokenOption {
+// tokenOptions are the iss and aud claims s's server checks.
+func tokenOptions(s Settings) []khttp.TokenOption {
 	var opts []khttp.TokenOption
-	if cfg.JWTIssuer != "" {
-		opts = append(opts, khttp.TokenIssuer(cfg.JWTIssuer))
+	if s.JWTIssuer != "" {
+		opts = append(opts, khttp.TokenIssuer(s.JWTIssuer))
 	}
-	if cfg.JWTAudience != "" {
-		opts = append(opts, khttp.TokenAudience(cfg.JWTAudience))
+	if s.JWTAudience != "" {
+		opts = append(opts, khttp.TokenAudience(s.JWTAudience))
 	}
 	return opts
 }

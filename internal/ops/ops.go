@@ -21,7 +21,6 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
-	"github.com/kumiko-go/kumiko/kumiko"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -40,8 +39,8 @@ const cliUser = "kumiko-cli"
 // DATABASE_URL and KUMIKO_SCHEMA, else the development defaults Main uses)
 // and --json for machine-readable output. Failures return an error, which
 // Execute turns into a non-zero exit.
-func commands(cfg kumiko.Config, features ...*feature.Feature) []*cobra.Command {
-	o := &ops{cfg: cfg, features: features, generic: features == nil}
+func commands(app App) []*cobra.Command {
+	o := &ops{app: app, features: app.Features, generic: app.Features == nil}
 	cmds := []*cobra.Command{
 		o.migrateCmd(),
 		o.consumerCmd(),
@@ -63,7 +62,7 @@ func commands(cfg kumiko.Config, features ...*feature.Feature) []*cobra.Command 
 
 // ops holds the shared flags and configuration of the ops commands.
 type ops struct {
-	cfg         kumiko.Config
+	app         App
 	features    []*feature.Feature
 	generic     bool
 	databaseURL string
@@ -74,7 +73,7 @@ type ops struct {
 // conn is an opened database: the pool, the store and, with features, the
 // registry and the dispatcher.
 type conn struct {
-	cfg   kumiko.Config
+	cfg   Settings
 	pool  *pgxpool.Pool
 	store *eventstore.Store
 	reg   *registry.Registry
@@ -85,15 +84,8 @@ func (c *conn) close() { c.store.Close(); c.pool.Close() }
 
 // config resolves the connection settings: flags, then Config, then the
 // environment, then the development defaults.
-func (o *ops) config(ctx context.Context) (kumiko.Config, error) {
-	cfg := o.cfg
-	if o.databaseURL != "" {
-		cfg.DatabaseURL = o.databaseURL
-	}
-	if o.schema != "" {
-		cfg.Schema = o.schema
-	}
-	cfg = cfg.FromEnv().WithDefaults()
+func (o *ops) config(ctx context.Context) (Settings, error) {
+	cfg := o.app.resolve(Settings{DatabaseURL: o.databaseURL, Schema: o.schema})
 	if cfg.DatabaseURL == "" {
 		if o.generic {
 			cfg.DatabaseURL = devServerURL
@@ -760,7 +752,7 @@ func (o *ops) tokenCmd() *cobra.Command {
 		Short: "Issue a development JWT (HS256, signed with KUMIKO_JWT_SECRET or the development secret, with KUMIKO_JWT_ISSUER and KUMIKO_JWT_AUDIENCE when set)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := o.cfg.FromEnv().WithDefaults()
+			cfg := o.app.resolve(Settings{})
 			if !cmd.Flags().Changed("roles") {
 				roles = []string{cfg.AdminRole, "User"}
 			}

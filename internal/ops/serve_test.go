@@ -20,7 +20,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kumiko-go/kumiko/feature"
-	"github.com/kumiko-go/kumiko/internal/ops"
 	"github.com/kumiko-go/kumiko/kumiko"
 	"github.com/kumiko-go/kumiko/kumikotest"
 )
@@ -45,7 +44,7 @@ var bad = feature.Define("bad", func(r *feature.Registrar) {
 
 func TestMain(m *testing.M) {
 	if os.Getenv(badApp) != "" {
-		ops.Main(kumiko.Config{Name: os.Getenv(badAppName)}, bad)
+		kumiko.Main(kumiko.Config{Name: os.Getenv(badAppName)}, bad)
 		os.Exit(0)
 	}
 	code := m.Run()

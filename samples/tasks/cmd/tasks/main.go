@@ -5,11 +5,10 @@
 package main
 
 import (
-	"github.com/kumiko-go/kumiko/cli"
 	"github.com/kumiko-go/kumiko/kumiko"
 	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
 func main() {
-	cli.Main(kumiko.Config{Name: "tasks"}, tasks.Feature)
+	kumiko.Main(kumiko.Config{Name: "tasks"}, tasks.Feature)
 }

@@ -1,0 +1,76 @@
+package kumiko
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/ops"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// Main runs the command line of an app binary and exits non-zero when the
+// command fails, with its error printed once on stderr:
+//
+//	func main() { kumiko.Main(kumiko.Config{Name: "tasks"}, tasks.Feature) }
+//
+// The commands: serve (the HTTP API and event delivery), worker (event
+// delivery only), and the operations commands: migrate, consumer, inspect,
+// events (tail, asof, prune), snapshot, project and token.
+//
+// Fields of cfg left zero are read from the environment (see
+// Config.FromEnv). For a development machine it fills in the rest: without
+// DATABASE_URL it uses the local PostgreSQL and creates a database named
+// after the app; without KUMIKO_JWT_SECRET it uses a development secret and
+// serve prints a token to try the API with. Invalid features or
+// configuration fail before anything is created in the database.
+func Main(cfg Config, features ...*feature.Feature) { ops.Execute(NewCommand(cfg, features...)) }
+
+// NewCommand returns Main's command tree, for binaries that add commands of
+// their own.
+func NewCommand(cfg Config, features ...*feature.Feature) *cobra.Command {
+	return ops.NewCommand(ops.App{
+		Name:     cfg.WithDefaults().Name,
+		Features: features,
+		Resolve: func(s ops.Settings) ops.Settings {
+			c := cfg
+			if s.DatabaseURL != "" {
+				c.DatabaseURL = s.DatabaseURL
+			}
+			if s.Schema != "" {
+				c.Schema = s.Schema
+			}
+			return c.FromEnv().WithDefaults().settings()
+		},
+		Build: func(ctx context.Context, s ops.Settings, withHTTP bool) (ops.Server, error) {
+			c := cfg.FromEnv().WithDefaults()
+			c.DatabaseURL, c.JWTSecret = s.DatabaseURL, s.JWTSecret
+			build := New
+			if !withHTTP {
+				build = BuildWorker
+			}
+			app, err := build(ctx, c, features...)
+			if err != nil {
+				return nil, err
+			}
+			return opsServer{app}, nil
+		},
+	})
+}
+
+// settings are the values of c the commands read.
+func (c Config) settings() ops.Settings {
+	return ops.Settings{
+		Name: c.Name, DatabaseURL: c.DatabaseURL, Schema: c.Schema,
+		JWTSecret: c.JWTSecret, JWTIssuer: c.JWTIssuer, JWTAudience: c.JWTAudience,
+		AdminRole: c.AdminRole, OperatorRole: c.OperatorRole,
+		ShutdownTimeout: c.ShutdownTimeout, Logger: c.Logger,
+	}
+}
+
+// opsServer is an App as the serve and worker commands run it.
+type opsServer struct{ *App }
+
+func (s opsServer) InstanceID() string           { return s.parts.Config.InstanceID }
+func (s opsServer) Registry() *registry.Registry { return s.parts.Registry }
