@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -19,7 +20,7 @@ func (s *Server) consumers(c echo.Context) error {
 	}
 	// ConsumerOps holds nothing but the store and its statements: building it
 	// per request costs nothing worth caching.
-	list, err := pipeline.NewConsumerOps(s.store).List(c.Request().Context())
+	list, err := consumer.NewOps(s.store).List(c.Request().Context())
 	if err != nil {
 		return pipeline.AsError(err)
 	}

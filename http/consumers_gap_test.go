@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // GET /api/consumers shows how long a shard has been waiting at a gap and
@@ -22,7 +22,7 @@ func TestConsumersShowGapWait(t *testing.T) {
 	ctx := context.Background()
 	alice := token(t, "alice", tenantA, "User")
 	operator := token(t, "ops", tenantA, "Operator")
-	d, err := pipeline.NewEventDispatcher(e.app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, pipeline.Consumer{
+	d, err := consumer.New(e.app.Store, consumer.Config{InstanceID: "p1"}, consumer.Consumer{
 		Name:   "mailer",
 		Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
 	})

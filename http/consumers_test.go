@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // An operator sees every consumer shard with its cursor, head, lag and
@@ -32,7 +32,7 @@ func TestConsumers(t *testing.T) {
 	// A strict consumer that fails on the second task, a per-instance one
 	// that handles everything.
 	var bad int64
-	strict := pipeline.Consumer{
+	strict := consumer.Consumer{
 		Name: "mailer", MaxAttempts: 1,
 		Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
 			if ev.ID == bad {
@@ -41,11 +41,11 @@ func TestConsumers(t *testing.T) {
 			return nil
 		},
 	}
-	cache := pipeline.Consumer{
+	cache := consumer.Consumer{
 		Name: "cache", Delivery: feature.PerInstance,
 		Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
 	}
-	d, err := pipeline.NewEventDispatcher(e.app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, strict, cache)
+	d, err := consumer.New(e.app.Store, consumer.Config{InstanceID: "p1"}, strict, cache)
 	require.NoError(t, err)
 	require.NoError(t, d.Register(ctx))
 	e.create(alice, "one")
@@ -83,7 +83,7 @@ func TestConsumers(t *testing.T) {
 
 	mailer := list[1].(map[string]any)
 	require.Equal(t, "mailer", mailer["name"])
-	require.Equal(t, pipeline.SharedInstance, mailer["instanceId"])
+	require.Equal(t, consumer.SharedInstance, mailer["instanceId"])
 	require.Equal(t, "dead", mailer["status"])
 	require.Equal(t, float64(ids[0]), mailer["cursor"])
 	require.Equal(t, float64(ids[2]), mailer["head"])

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/pipeline"
@@ -168,8 +169,8 @@ func (h *sseHub) close() {
 // add it to the event dispatcher of the process that runs this server. Its
 // Handle passes each event to the connected clients and returns at once; it
 // never fails and never waits for a client.
-func (s *Server) EventsConsumer() pipeline.Consumer {
-	return pipeline.Consumer{
+func (s *Server) EventsConsumer() consumer.Consumer {
+	return consumer.Consumer{
 		Name:      EventsConsumerName,
 		Delivery:  feature.PerInstance,
 		StartFrom: feature.FromNow,

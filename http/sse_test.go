@@ -18,9 +18,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	khttp "github.com/kumiko-go/kumiko/http"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // sseWait bounds every wait for a frame.
@@ -247,16 +247,16 @@ func newSSEEnv(t *testing.T, hb time.Duration) *env {
 
 // feed is an event dispatcher that feeds the server's streams, registered
 // but not started: passes run with pass, or with start.
-func feed(t *testing.T, e *env) *pipeline.EventDispatcher {
+func feed(t *testing.T, e *env) *consumer.Dispatcher {
 	t.Helper()
-	d, err := pipeline.NewEventDispatcher(e.app.Store, pipeline.EventDispatcherConfig{InstanceID: "t", PollInterval: 20 * time.Millisecond}, e.s.EventsConsumer())
+	d, err := consumer.New(e.app.Store, consumer.Config{InstanceID: "t", PollInterval: 20 * time.Millisecond}, e.s.EventsConsumer())
 	require.NoError(t, err)
 	require.NoError(t, d.Register(context.Background()))
 	return d
 }
 
 // start runs d until the test ends.
-func start(t *testing.T, d *pipeline.EventDispatcher) {
+func start(t *testing.T, d *consumer.Dispatcher) {
 	t.Helper()
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() {
@@ -267,7 +267,7 @@ func start(t *testing.T, d *pipeline.EventDispatcher) {
 }
 
 // pass runs one pass of the events consumer.
-func pass(t *testing.T, d *pipeline.EventDispatcher) {
+func pass(t *testing.T, d *consumer.Dispatcher) {
 	t.Helper()
 	_, err := d.RunPass(context.Background(), khttp.EventsConsumerName)
 	require.NoError(t, err)

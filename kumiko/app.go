@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
@@ -28,7 +29,7 @@ type Parts struct {
 	Store       *eventstore.Store
 	Registry    *registry.Registry
 	Dispatcher  *pipeline.Dispatcher
-	Events      *pipeline.EventDispatcher
+	Events      *consumer.Dispatcher
 	Idempotency idempotency.Store
 	HTTP        *khttp.Server
 	Metrics     *prometheus.Registry
@@ -135,7 +136,7 @@ func (a *App) wire() error {
 		}
 		consumers = append(consumers, p.HTTP.EventsConsumer()) // feeds GET /api/events
 	}
-	p.Events, err = pipeline.NewEventDispatcher(p.Store, pipeline.EventDispatcherConfig{
+	p.Events, err = consumer.New(p.Store, consumer.Config{
 		InstanceID: cfg.InstanceID, Logger: cfg.Logger, Metrics: p.Metrics,
 	}, consumers...)
 	return err

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
@@ -37,7 +38,7 @@ type moduleOut struct {
 	Store       *eventstore.Store
 	Registry    *registry.Registry
 	Dispatcher  *pipeline.Dispatcher
-	Events      *pipeline.EventDispatcher
+	Events      *consumer.Dispatcher
 	Idempotency idempotency.Store
 	HTTP        *khttp.Server
 	Metrics     *prometheus.Registry

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/author"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -230,7 +231,7 @@ func (d *Dispatcher) Query(ctx context.Context, c Caller, req Request) (any, err
 		out, err = d.detail(ctx, &c, d.entities[h.Entity], in.(registry.DetailInput))
 	default:
 		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			return runAuthor(d.log, func() (err error) {
+			return author.Run(d.log, func() (err error) {
 				out, err = h.Invoke(d.newCommandContext(ctx, tx, &c, h.Feature), in)
 				return err
 			}, "handler", h.Name, "requestId", c.RequestID)
@@ -298,7 +299,7 @@ func (d *Dispatcher) checkFieldWrite(u feature.User, h registry.Handler, raw jso
 // execute runs a gated write or command inside tx. A panic in the handler or
 // in an inline projection's apply is an error, so tx rolls back.
 func (d *Dispatcher) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (out any, err error) {
-	err = runAuthor(d.log, func() (err error) {
+	err = author.Run(d.log, func() (err error) {
 		if h.Kind == registry.KindCommand {
 			out, err = h.Invoke(d.newCommandContext(ctx, tx, c, h.Feature), in)
 			if err == nil {

@@ -7,8 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/author"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -93,12 +95,16 @@ func AsError(err error) *Error {
 	if errors.As(err, &pe) {
 		return pe
 	}
+	var ce *consumer.Error
+	if errors.As(err, &ce) {
+		return &Error{Code: ce.Code(), Reason: ce.Reason(), Detail: ce.Detail(), Details: ce.Details(), cause: err}
+	}
 	var (
 		ve  *registry.ValidationError
 		vc  *eventstore.VersionConflictError
 		ref *feature.RefusedError
 		pg  *pgconn.PgError
-		pp  *panicError
+		pp  *author.PanicError
 	)
 	switch {
 	case errors.As(err, &pp):
@@ -135,3 +141,9 @@ func AsError(err error) *Error {
 func notFoundf(reason, format string, args ...any) *Error {
 	return newError(CodeNotFound, reason, fmt.Sprintf(format, args...), nil)
 }
+
+// ReasonHandlerPanic is the Reason of the internal_error that a panic in a
+// feature's code (a command or query handler, an inline or multi-stream
+// projection's apply function) becomes in a request. The panic's value never
+// reaches the client; it is logged with its stack.
+const ReasonHandlerPanic = author.ReasonPanic

@@ -3,13 +3,17 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
-	"os"
+	"fmt"
+	"net/url"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
@@ -17,10 +21,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if url := os.Getenv(childDispatcherEnv); url != "" {
-		runChildDispatcher(url) // a subprocess of TestDispatcherSurvivesSIGKILL
-		return
-	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -80,4 +80,42 @@ func code(t *testing.T, err error) (string, *pipeline.Error) {
 
 func events(t *testing.T, app *kumikotest.App) int {
 	return app.Count(t, "SELECT count(*) FROM kumiko_events")
+}
+
+// withAppName returns the test database URL with an application_name, so a
+// test can find (and terminate) exactly its own connections.
+func withAppName(t *testing.T, db *kumikotest.DB, name string) string {
+	t.Helper()
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// recorder is a consumer that writes every event it applies into a table in
+// the pass transaction, keyed by event id: a duplicate apply fails loudly.
+func recorder(t *testing.T, db *kumikotest.DB, name string, delivery feature.Delivery) consumer.Consumer {
+	t.Helper()
+	table := "seen_" + name
+	db.Exec(t, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (event_id bigint PRIMARY KEY, seq bigserial)`, table))
+	return consumer.Consumer{
+		Name:     name,
+		Delivery: delivery,
+		Handle: func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
+			_, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO %s (event_id) VALUES ($1)", table), ev.ID)
+			return err
+		},
+	}
+}
+
+// seen lists the event ids a recorder applied, in the order it applied them.
+func seen(t *testing.T, db *kumikotest.DB, name string) []int64 {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), "SELECT event_id FROM seen_"+name+" ORDER BY seq")
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return ids
 }

@@ -6,23 +6,24 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
 // Consumers returns a consumer for every multi-stream projection of the
-// registry, to run on an EventDispatcher. Each applies its events inside the
+// registry, to run on a consumer.Dispatcher. Each applies its events inside the
 // pass transaction (a table-backed projection's rows commit with the cursor)
 // and sees them upcast, as every read does.
-func (d *Dispatcher) Consumers() []Consumer {
-	var out []Consumer
+func (d *Dispatcher) Consumers() []consumer.Consumer {
+	var out []consumer.Consumer
 	for _, m := range d.reg.MSPs() {
 		table := ""
 		if t, ok := m.Table(); ok {
 			table = d.qualify(t.Name)
 		}
-		out = append(out, Consumer{
+		out = append(out, consumer.Consumer{
 			Name:            m.Name(),
 			Delivery:        m.Delivery(),
 			Types:           m.Events(),

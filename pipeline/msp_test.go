@@ -1,17 +1,16 @@
 package pipeline_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 type contactWelcomed struct {
@@ -84,30 +83,17 @@ var crm = feature.Define("crm", func(r *feature.Registrar) {
 	})
 })
 
-func runAll(t *testing.T, e *pipeline.EventDispatcher, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		for {
-			res, err := e.RunPass(context.Background(), n)
-			require.NoError(t, err)
-			if !res.More {
-				break
-			}
-		}
-	}
-}
-
 func TestMultiStreamProjections(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
-	e, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 
 	a1 := write(t, app, alice, "contact.create", `{"name":"Ann"}`)
 	write(t, app, alice, "contact.create", `{"name":"Al"}`)
 	write(t, app, bob, "contact.create", `{"name":"Bo"}`)
-	runAll(t, e, "contact-counter", "welcomer")
+	kumikotest.CatchUp(t, e, "contact-counter", "welcomer")
 
 	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantA))
 	require.Equal(t, 1, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantB))
@@ -126,7 +112,7 @@ func TestMultiStreamProjections(t *testing.T) {
 	require.Equal(t, float64(2), detail["version"], "the saga's event moved the contact's row version")
 
 	// Running the passes again changes nothing: each event was applied once.
-	runAll(t, e, "contact-counter", "welcomer")
+	kumikotest.CatchUp(t, e, "contact-counter", "welcomer")
 	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantA))
 	require.Equal(t, 3, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE type = 'contact.welcomed'"))
 }
@@ -136,13 +122,13 @@ func TestMultiStreamProjections(t *testing.T) {
 func TestMultiStreamProjectionsSeeUpcastEvents(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
-	e, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 	n := write(t, app, alice, "note.create", `{"title":"x"}`)
 	app.Exec(t, `INSERT INTO kumiko_events (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload)
 		VALUES ($1, 'note', $2, 2, 'note.flagged', 1, '{"why":"spam"}')`, n["id"], tenantA)
-	runAll(t, e, "flag-log")
+	kumikotest.CatchUp(t, e, "flag-log")
 	var reason, severity, id string
 	require.NoError(t, app.Pool.QueryRow(ctx, "SELECT reason, severity, event_id::text FROM flag_log").Scan(&reason, &severity, &id))
 	require.Equal(t, "spam", reason)
@@ -156,7 +142,7 @@ func TestMultiStreamProjectionsSeeUpcastEvents(t *testing.T) {
 func TestMultiStreamProjectionsRunTenantScoped(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
-	e, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 	a := write(t, app, alice, "contact.create", `{"name":"Ann"}`)
@@ -164,7 +150,7 @@ func TestMultiStreamProjectionsRunTenantScoped(t *testing.T) {
 	sys, err := app.Store.Append(ctx, eventstore.Stream{TenantID: eventstore.SystemTenant, AggregateType: "contact"}, 0,
 		eventstore.NewEvent{Type: "contact.created", Payload: map[string]any{"name": "System"}})
 	require.NoError(t, err)
-	runAll(t, e, "scope-log")
+	kumikotest.CatchUp(t, e, "scope-log")
 
 	scopeOf := func(aggregateID any) string {
 		return queryString(t, app, `SELECT s.scope FROM scope_log s JOIN kumiko_events e ON e.id = s.event_id WHERE e.aggregate_id = $1`, aggregateID)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
@@ -206,7 +207,7 @@ func TestPanickingCommandRollsBack(t *testing.T) {
 	app := kumikotest.NewApp(t, []*feature.Feature{gadgets})
 	iso := isolate(t, app)
 	rec := recorder(t, app.DB, "after_panic", feature.Shared)
-	e, err := pipeline.NewEventDispatcher(iso.store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, rec)
+	e, err := consumer.New(iso.store, consumer.Config{InstanceID: "p1"}, rec)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 
@@ -298,14 +299,14 @@ func TestPanickingConsumersGoDead(t *testing.T) {
 	app := kumikotest.NewApp(t, []*feature.Feature{gadgets})
 	iso := isolate(t, app)
 	consumerLogs := &logLines{}
-	grumpy := pipeline.Consumer{
+	grumpy := consumer.Consumer{
 		Name:        "grumpy",
 		MaxAttempts: 2,
 		Handle: func(context.Context, pgx.Tx, eventstore.Event) error {
 			panic("grumpy went wrong")
 		},
 	}
-	grumpyBatch := pipeline.Consumer{
+	grumpyBatch := consumer.Consumer{
 		Name:        "grumpy-batch",
 		MaxAttempts: 2,
 		HandleBatch: func(context.Context, pgx.Tx, []eventstore.Event) error {
@@ -313,7 +314,7 @@ func TestPanickingConsumersGoDead(t *testing.T) {
 		},
 	}
 	consumers := append(iso.d.Consumers(), grumpy, grumpyBatch, recorder(t, app.DB, "calm", feature.Shared))
-	e, err := pipeline.NewEventDispatcher(iso.store, pipeline.EventDispatcherConfig{
+	e, err := consumer.New(iso.store, consumer.Config{
 		InstanceID: "p1", PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(consumerLogs, nil)),
 	}, consumers...)
 	require.NoError(t, err)
@@ -343,7 +344,7 @@ func TestPanickingConsumersGoDead(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		for _, name := range []string{"grumpy", "grumpy-batch", "gizmo-watch"} {
-			if stateOf(name).Status != pipeline.StatusDead {
+			if stateOf(name).Status != consumer.StatusDead {
 				return false
 			}
 		}

@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/author"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -392,7 +394,7 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, 
 			r.res.Applied++
 			continue
 		}
-		err := savepoint(ctx, tx, func(sp pgx.Tx) error { return r.apply(ctx, sp, sp, ev) })
+		err := author.Savepoint(ctx, tx, func(sp pgx.Tx) error { return r.apply(ctx, sp, sp, ev) })
 		if err == nil {
 			r.res.Applied++
 			continue
@@ -402,7 +404,7 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, 
 		}
 		if _, qerr := tx.Exec(ctx, `INSERT INTO `+r.d.qualify("kumiko_projection_quarantine")+` (projection, event_id, error)
 VALUES ($1, $2, $3) ON CONFLICT (projection, event_id) DO UPDATE SET error = EXCLUDED.error, created_at = now()`,
-			r.t.name, ev.ID, truncate(err.Error(), 2000)); qerr != nil {
+			r.t.name, ev.ID, author.Storable(err.Error(), 2000)); qerr != nil {
 			return 0, errors.Join(err, qerr)
 		}
 		r.res.Quarantined++
@@ -416,7 +418,7 @@ VALUES ($1, $2, $3) ON CONFLICT (projection, event_id) DO UPDATE SET error = EXC
 func (r *rebuild) apply(ctx context.Context, db feature.DB, tx pgx.Tx, ev eventstore.Event) error {
 	table := r.d.qualify(r.shadow)
 	appended := 0
-	err := runAuthor(r.d.log, func() (err error) {
+	err := author.Run(r.d.log, func() (err error) {
 		if r.t.kind == ProjectionInline {
 			apply, _ := r.t.proj.Apply(ev.Type)
 			return apply(&projectionContext{ctx: ctx, db: db, tenant: ev.TenantID, table: table}, featureEvent(ev))
@@ -499,7 +501,7 @@ func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 SET last_processed_event_id = $2, gap_horizon = 0, gap_writers = '{}', updated_at = now() WHERE name = $1`, r.t.name, r.cursor)
 			} else if r.t.msp.Delivery() != feature.PerInstance {
 				_, err = tx.Exec(ctx, `INSERT INTO `+d.qualify("kumiko_event_consumers")+` (name, instance_id, last_processed_event_id)
-VALUES ($1, $2, $3)`, r.t.name, SharedInstance, r.cursor)
+VALUES ($1, $2, $3)`, r.t.name, consumer.SharedInstance, r.cursor)
 			}
 			if err != nil {
 				return err
@@ -563,7 +565,7 @@ func (r *rebuild) fail(ctx context.Context, cause error) {
 	if _, err := d.pool.Exec(ctx, `INSERT INTO `+d.qualify("kumiko_projections")+` AS p (name, status, last_error, updated_at)
 VALUES ($1, 'failed', $2, now())
 ON CONFLICT (name) DO UPDATE SET status = 'failed', last_error = EXCLUDED.last_error, updated_at = now()`,
-		r.t.name, truncate(cause.Error(), 2000)); err != nil {
+		r.t.name, author.Storable(cause.Error(), 2000)); err != nil {
 		d.log.Error("rebuild: record failure", "projection", r.t.name, "error", err)
 	}
 }

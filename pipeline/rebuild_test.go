@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
@@ -205,13 +206,13 @@ func TestRebuildProjectionFailureAndQuarantine(t *testing.T) {
 func TestRebuildProjectionMSP(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
-	e, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 	write(t, app, alice, "contact.create", `{"name":"Ann"}`)
 	write(t, app, alice, "contact.create", `{"name":"Al"}`)
 	write(t, app, bob, "contact.create", `{"name":"Bo"}`)
-	runAll(t, e, "contact-counter")
+	kumikotest.CatchUp(t, e, "contact-counter")
 	app.Exec(t, "UPDATE contact_counts SET n = 99")
 	write(t, app, bob, "contact.create", `{"name":"Bea"}`) // not yet delivered
 
@@ -223,7 +224,7 @@ func TestRebuildProjectionMSP(t *testing.T) {
 	require.EqualValues(t, res.LastEventID, app.Count(t, "SELECT last_processed_event_id FROM kumiko_event_consumers WHERE name = 'contact-counter'"))
 
 	write(t, app, alice, "contact.create", `{"name":"Ada"}`)
-	runAll(t, e, "contact-counter")
+	kumikotest.CatchUp(t, e, "contact-counter")
 	require.Equal(t, 3, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantA))
 	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantB))
 	st := status(t, app, "contact-counter")

@@ -17,10 +17,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/internal/ops"
 	"github.com/kumiko-go/kumiko/kumikotest"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 func TestMigrateCommand(t *testing.T) {
@@ -91,7 +91,7 @@ func TestGenericBinary(t *testing.T) {
 	_, err := db.Store.Append(ctx, eventstore.Stream{TenantID: tenant, AggregateType: "task", AggregateID: id}, 0,
 		eventstore.NewEvent{Type: "task.completed", EventVersion: 1, Payload: map[string]any{"by": "alice"}})
 	require.NoError(t, err)
-	ed, err := pipeline.NewEventDispatcher(db.Store, pipeline.EventDispatcherConfig{InstanceID: "cmd-test"}, pipeline.Consumer{
+	ed, err := consumer.New(db.Store, consumer.Config{InstanceID: "cmd-test"}, consumer.Consumer{
 		Name: "mirror", Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
 	})
 	require.NoError(t, err)
@@ -129,9 +129,9 @@ func TestGenericBinary(t *testing.T) {
 	_, errOut, code := run("consumer", "disable", "mirror")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errOut, "wrong_state: consumer mirror/__shared__ is disabled")
-	var st pipeline.ConsumerStatus
+	var st consumer.ShardStatus
 	require.NoError(t, json.Unmarshal([]byte(ok("consumer", "enable", "mirror", "--json")), &st))
-	require.Equal(t, pipeline.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusIdle, st.Status)
 
 	// No features, no upcasting: the payload as stored.
 	out := ok("inspect", "task", id.String(), "--tenant", tenant.String())

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 const (
@@ -31,7 +31,7 @@ const (
 	benchInstance  = "bench"   // the event dispatchers' instance id
 )
 
-// dispatcherRows measures the async event dispatcher (pipeline.EventDispatcher)
+// dispatcherRows measures the async event dispatcher (consumer.Dispatcher)
 // with a no-op consumer, each against a hand-written pgx baseline:
 //
 //   - the drain of a drainBacklog-event backlog by RunPass in a loop, 1
@@ -75,11 +75,11 @@ func (b *bench) drainRows(ctx context.Context) ([]row, error) {
 	name := fmt.Sprintf("dispatcher drain %s events, no-op consumer, batch %d", formatValue(drainBacklog, ""), passBatch)
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
 	raw := newRawPasser(b.pool, schema)
-	sides := [2]func(ctx context.Context, consumer string) (passFunc, error){
-		func(ctx context.Context, consumer string) (passFunc, error) {
-			return noopConsumer(ctx, store, consumer)
+	sides := [2]func(ctx context.Context, name string) (passFunc, error){
+		func(ctx context.Context, name string) (passFunc, error) {
+			return noopConsumer(ctx, store, name)
 		},
-		func(ctx context.Context, consumer string) (passFunc, error) { return raw.start(ctx, consumer, 0, nil) },
+		func(ctx context.Context, name string) (passFunc, error) { return raw.start(ctx, name, 0, nil) },
 	}
 	sideNames := [2]string{"fw", "raw"}
 	if b.cfg.warmup > 0 {
@@ -148,9 +148,9 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 
 	raw := newRawPasser(b.pool, schema)
 	channel := store.NotifyChannel()
-	fw := latencySide{listens: true, start: func(ctx context.Context, consumer string, see func(eventstore.Event)) (func() error, error) {
-		d, err := pipeline.NewEventDispatcher(store, pipeline.EventDispatcherConfig{InstanceID: benchInstance}, pipeline.Consumer{
-			Name:      consumer,
+	fw := latencySide{listens: true, start: func(ctx context.Context, name string, see func(eventstore.Event)) (func() error, error) {
+		d, err := consumer.New(store, consumer.Config{InstanceID: benchInstance}, consumer.Consumer{
+			Name:      name,
 			StartFrom: feature.FromNow,
 			BatchSize: passBatch,
 			Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
@@ -170,7 +170,7 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 			return d.Stop(ctx)
 		}, nil
 	}}
-	rawListen := latencySide{listens: true, start: func(ctx context.Context, consumer string, see func(eventstore.Event)) (func() error, error) {
+	rawListen := latencySide{listens: true, start: func(ctx context.Context, name string, see func(eventstore.Event)) (func() error, error) {
 		conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
 		if err != nil {
 			return nil, err
@@ -179,7 +179,7 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 			conn.Close(context.Background())
 			return nil, err
 		}
-		stop, err := raw.receive(ctx, consumer, func(ctx context.Context) error {
+		stop, err := raw.receive(ctx, name, func(ctx context.Context) error {
 			_, err := conn.WaitForNotification(ctx)
 			return err
 		}, see)
@@ -194,9 +194,9 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 		}, nil
 	}}
 	rawLocal := func(w *eventstore.Store) latencySide {
-		return latencySide{start: func(ctx context.Context, consumer string, see func(eventstore.Event)) (func() error, error) {
+		return latencySide{start: func(ctx context.Context, name string, see func(eventstore.Event)) (func() error, error) {
 			wake, unsubscribe := w.Subscribe()
-			stop, err := raw.receive(ctx, consumer, func(ctx context.Context) error {
+			stop, err := raw.receive(ctx, name, func(ctx context.Context) error {
 				select {
 				case <-wake:
 					return nil
@@ -271,19 +271,19 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 // the events appended from now on, calling see with each, until stop.
 type latencySide struct {
 	listens bool // start opens a LISTEN connection on the store's channel
-	start   func(ctx context.Context, consumer string, see func(eventstore.Event)) (stop func() error, err error)
+	start   func(ctx context.Context, name string, see func(eventstore.Event)) (stop func() error, err error)
 }
 
 // pacedPhase starts side as consumer, appends one event per append through w
 // at paceRate for d, waits until the consumer saw every event, stops it and
 // adds the commit-to-handler latencies to into (nil: discard them).
-func (b *bench) pacedPhase(ctx context.Context, w *eventstore.Store, side latencySide, consumer, channel string, d time.Duration, into *latencies) error {
+func (b *bench) pacedPhase(ctx context.Context, w *eventstore.Store, side latencySide, name, channel string, d time.Duration, into *latencies) error {
 	// A listener of the previous phase may still be leaving the server.
 	if err := waitListeners(ctx, w.Pool(), channel, 0); err != nil {
 		return err
 	}
 	dl := &deliveries{committed: map[int64]time.Time{}, seen: map[int64]time.Time{}}
-	stop, err := side.start(ctx, consumer, dl.see)
+	stop, err := side.start(ctx, name, dl.see)
 	if err != nil {
 		return err
 	}
@@ -574,7 +574,7 @@ func drain(ctx context.Context, pass passFunc, last int64, until time.Time, afte
 // of store's log, on a dispatcher of its own and returns a pass of it by
 // RunPass. Its handler does nothing.
 func noopConsumer(ctx context.Context, store *eventstore.Store, name string) (passFunc, error) {
-	d, err := pipeline.NewEventDispatcher(store, pipeline.EventDispatcherConfig{InstanceID: benchInstance}, pipeline.Consumer{
+	d, err := consumer.New(store, consumer.Config{InstanceID: benchInstance}, consumer.Consumer{
 		Name:      name,
 		BatchSize: passBatch,
 		Handle:    func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
@@ -624,7 +624,7 @@ func newRawPasser(pool *pgxpool.Pool, schema string) *rawPasser {
 // start creates the state row name with its cursor at from and returns its pass, which calls see (when set) with every
 // event read, as the dispatcher calls a handler.
 func (r *rawPasser) start(ctx context.Context, name string, from int64, see func(eventstore.Event)) (passFunc, error) {
-	if _, err := r.pool.Exec(ctx, r.register, name, pipeline.SharedInstance, from); err != nil {
+	if _, err := r.pool.Exec(ctx, r.register, name, consumer.SharedInstance, from); err != nil {
 		return nil, fmt.Errorf("register raw state row %s: %w", name, err)
 	}
 	if see == nil {
@@ -636,7 +636,7 @@ func (r *rawPasser) start(ctx context.Context, name string, from int64, see func
 			cursor int64
 		)
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, r.lock, name, pipeline.SharedInstance).Scan(&cursor); err != nil {
+			if err := tx.QueryRow(ctx, r.lock, name, consumer.SharedInstance).Scan(&cursor); err != nil {
 				return fmt.Errorf("lock raw state row %s: %w", name, err)
 			}
 			rows, err := tx.Query(ctx, r.read, cursor, passBatch)
@@ -653,7 +653,7 @@ func (r *rawPasser) start(ctx context.Context, name string, from int64, see func
 			if n = len(evs); n > 0 {
 				cursor = evs[n-1].ID
 			}
-			_, err = tx.Exec(ctx, r.save, name, pipeline.SharedInstance, cursor)
+			_, err = tx.Exec(ctx, r.save, name, consumer.SharedInstance, cursor)
 			return err
 		})
 		return n, cursor, err

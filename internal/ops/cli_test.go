@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
@@ -118,7 +119,7 @@ func seedTasks(t *testing.T) seeded {
 // registerConsumer creates the state row of a shared consumer.
 func registerConsumer(t *testing.T, store *eventstore.Store, name string) {
 	t.Helper()
-	ed, err := pipeline.NewEventDispatcher(store, pipeline.EventDispatcherConfig{InstanceID: "cli-test"}, pipeline.Consumer{
+	ed, err := consumer.New(store, consumer.Config{InstanceID: "cli-test"}, consumer.Consumer{
 		Name:   name,
 		Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
 	})
@@ -166,11 +167,11 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 	})
 
 	t.Run("consumer", func(t *testing.T) {
-		var list []pipeline.ConsumerStatus
+		var list []consumer.ShardStatus
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "list", "--json")), &list))
 		require.Len(t, list, 1)
 		require.Equal(t, "task-counter", list[0].Name)
-		require.Equal(t, pipeline.StatusIdle, list[0].Status)
+		require.Equal(t, consumer.StatusIdle, list[0].Status)
 		require.Equal(t, int64(3), list[0].LagEvents)
 
 		out := ok("consumer", "list")
@@ -180,9 +181,9 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		require.Contains(t, ok("consumer", "disable", "task-counter"), "consumer task-counter/__shared__ disabled")
 		fails("wrong_state: consumer task-counter/__shared__ is disabled; disable needs it idle or dead", "consumer", "disable", "task-counter")
 		fails("wrong_state", "consumer", "restart", "task-counter")
-		var st pipeline.ConsumerStatus
+		var st consumer.ShardStatus
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "status", "task-counter", "--json")), &st))
-		require.Equal(t, pipeline.StatusDisabled, st.Status)
+		require.Equal(t, consumer.StatusDisabled, st.Status)
 		require.Contains(t, ok("consumer", "enable", "task-counter"), "enabled")
 		require.Contains(t, ok("consumer", "skip", "task-counter"), "skipped its next event")
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "status", "task-counter", "--json")), &st))

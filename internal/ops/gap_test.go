@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
-	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
@@ -24,7 +24,7 @@ func TestConsumerCLIShowsGapWait(t *testing.T) {
 	bin := tasksBinary(t)
 	ctx := context.Background()
 	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature})
-	d, err := pipeline.NewEventDispatcher(app.Store, pipeline.EventDispatcherConfig{InstanceID: "cli-gap"}, pipeline.Consumer{
+	d, err := consumer.New(app.Store, consumer.Config{InstanceID: "cli-gap"}, consumer.Consumer{
 		Name:   "watcher",
 		Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
 	})
@@ -52,7 +52,7 @@ func TestConsumerCLIShowsGapWait(t *testing.T) {
 		require.Equal(t, 0, r.code, "%v: stdout:\n%s\nstderr:\n%s", args, r.stdout, r.stderr)
 		return r.stdout
 	}
-	var list []pipeline.ConsumerStatus
+	var list []consumer.ShardStatus
 	require.NoError(t, json.Unmarshal([]byte(ok("consumer", "list", "--json")), &list))
 	require.Len(t, list, 1)
 	require.Positive(t, list[0].GapWaitSeconds)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
@@ -165,8 +166,13 @@ func (o *ops) run(cmd *cobra.Command, fn func(ctx context.Context, c *conn, out 
 // cliError turns a pipeline error into its client-facing sentence with its
 // code and reason, which reads better on a terminal than the full chain.
 func cliError(err error) error {
-	var pe *pipeline.Error
-	if err == nil || !errors.As(err, &pe) {
+	var (
+		pe *pipeline.Error
+		ce *consumer.Error
+	)
+	if errors.As(err, &ce) {
+		pe = pipeline.AsError(err)
+	} else if err == nil || !errors.As(err, &pe) {
 		return err
 	}
 	msg := pe.Code
@@ -248,7 +254,7 @@ func (o *ops) consumerCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
-				list, err := pipeline.NewConsumerOps(c.store).List(ctx)
+				list, err := consumer.NewOps(c.store).List(ctx)
 				if err != nil {
 					return err
 				}
@@ -264,14 +270,14 @@ func (o *ops) consumerCmd() *cobra.Command {
 		},
 	})
 	var instance string
-	op := func(use, short string, fn func(*pipeline.ConsumerOps, context.Context, string, string) (pipeline.ConsumerStatus, error), verb string) *cobra.Command {
+	op := func(use, short string, fn func(*consumer.Ops, context.Context, string, string) (consumer.ShardStatus, error), verb string) *cobra.Command {
 		cmd := &cobra.Command{
 			Use:   use + " <name>",
 			Short: short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
-					st, err := fn(pipeline.NewConsumerOps(c.store), ctx, args[0], instance)
+					st, err := fn(consumer.NewOps(c.store), ctx, args[0], instance)
 					if err != nil {
 						return err
 					}
@@ -289,16 +295,16 @@ func (o *ops) consumerCmd() *cobra.Command {
 		return cmd
 	}
 	root.AddCommand(
-		op("status", "Show one consumer shard", (*pipeline.ConsumerOps).Status, ""),
-		op("restart", "Bring a dead shard back to idle; it retries the event that failed", (*pipeline.ConsumerOps).Restart, "restarted"),
-		op("skip", "Move a dead or idle shard's cursor past the next event", (*pipeline.ConsumerOps).Skip, "skipped its next event"),
-		op("disable", "Stop delivering to an idle or dead shard", (*pipeline.ConsumerOps).Disable, "disabled"),
-		op("enable", "Resume a disabled shard from its cursor", (*pipeline.ConsumerOps).Enable, "enabled"),
+		op("status", "Show one consumer shard", (*consumer.Ops).Status, ""),
+		op("restart", "Bring a dead shard back to idle; it retries the event that failed", (*consumer.Ops).Restart, "restarted"),
+		op("skip", "Move a dead or idle shard's cursor past the next event", (*consumer.Ops).Skip, "skipped its next event"),
+		op("disable", "Stop delivering to an idle or dead shard", (*consumer.Ops).Disable, "disabled"),
+		op("enable", "Resume a disabled shard from its cursor", (*consumer.Ops).Enable, "enabled"),
 	)
 	return root
 }
 
-func printConsumers(out io.Writer, list ...pipeline.ConsumerStatus) error {
+func printConsumers(out io.Writer, list ...consumer.ShardStatus) error {
 	w := newTable(out)
 	fmt.Fprintln(w, "NAME\tINSTANCE\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tGAP WAIT(s)\tGAP BACKENDS\tATTEMPTS\tUPDATED\tLAST ERROR")
 	for _, s := range list {
@@ -965,7 +971,7 @@ func (o *ops) pruneCmd() *cobra.Command {
 					fmt.Fprintf(p.out, "pruning events of %s created before %s…", strings.Join(types, ", "), before.UTC().Format(time.RFC3339))
 					p.drawn = true
 				}
-				res, err := pipeline.NewConsumerOps(c.store).PruneEvents(ctx, pipeline.PruneOptions{
+				res, err := consumer.NewOps(c.store).PruneEvents(ctx, consumer.PruneOptions{
 					OlderThan: before, AggregateTypes: types, DryRun: dryRun,
 				})
 				p.done()

@@ -1,4 +1,4 @@
-package pipeline
+package consumer
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"github.com/kumiko-go/kumiko/feature"
 )
 
-// EventDispatcherConfig configures an EventDispatcher.
-type EventDispatcherConfig struct {
+// Config configures an Dispatcher.
+type Config struct {
 	// InstanceID names this process; per-instance consumers keep a state
 	// row under it. Required; "__shared__" is reserved.
 	InstanceID string
@@ -31,18 +31,18 @@ type EventDispatcherConfig struct {
 	Metrics prometheus.Registerer
 }
 
-// EventDispatcher delivers committed events to consumers, asynchronously and
+// Dispatcher delivers committed events to consumers, asynchronously and
 // across any number of processes. Each consumer runs its own loop: a pass
 // whenever it is woken (a database notification, an append in this process,
 // or the poll interval), more passes while a batch was full, and backoff
 // while the database fails.
-type EventDispatcher struct {
+type Dispatcher struct {
 	store     *eventstore.Store
 	pool      *pgxpool.Pool
-	cfg       EventDispatcherConfig
+	cfg       Config
 	sql       consumerSQL
 	consumers []Consumer
-	metrics   *consumerMetrics
+	metrics   *metrics
 
 	mu      sync.Mutex
 	wakers  []chan struct{}
@@ -51,8 +51,8 @@ type EventDispatcher struct {
 	started bool
 }
 
-// NewEventDispatcher returns a dispatcher for consumers on store.
-func NewEventDispatcher(store *eventstore.Store, cfg EventDispatcherConfig, consumers ...Consumer) (*EventDispatcher, error) {
+// New returns a dispatcher for consumers on store.
+func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatcher, error) {
 	if cfg.InstanceID == "" {
 		return nil, errors.New("event dispatcher: InstanceID is required")
 	}
@@ -65,11 +65,11 @@ func NewEventDispatcher(store *eventstore.Store, cfg EventDispatcherConfig, cons
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m, err := newConsumerMetrics(cfg.Metrics, cfg.InstanceID)
+	m, err := newMetrics(cfg.Metrics, cfg.InstanceID)
 	if err != nil {
 		return nil, fmt.Errorf("event dispatcher: metrics: %w", err)
 	}
-	e := &EventDispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m,
+	e := &Dispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m,
 		sql: newConsumerSQL(store.Schema())}
 	seen := map[string]bool{}
 	for _, c := range consumers {
@@ -88,7 +88,7 @@ func NewEventDispatcher(store *eventstore.Store, cfg EventDispatcherConfig, cons
 
 // Register creates the state row of every consumer shard of this process
 // that does not exist yet. An existing cursor is never moved back.
-func (e *EventDispatcher) Register(ctx context.Context) error {
+func (e *Dispatcher) Register(ctx context.Context) error {
 	var last int64
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		h, err := e.store.HorizonTx(ctx, tx)
@@ -111,7 +111,7 @@ func (e *EventDispatcher) Register(ctx context.Context) error {
 }
 
 // RunPass runs one pass of the named consumer now, for tools and tests.
-func (e *EventDispatcher) RunPass(ctx context.Context, name string) (PassResult, error) {
+func (e *Dispatcher) RunPass(ctx context.Context, name string) (PassResult, error) {
 	for _, c := range e.consumers {
 		if c.Name == name {
 			return e.pass(ctx, c, c.instanceFor(e.cfg.InstanceID))
@@ -122,7 +122,7 @@ func (e *EventDispatcher) RunPass(ctx context.Context, name string) (PassResult,
 
 // Start registers the consumers and starts their loops and the listener.
 // The loops run until Stop.
-func (e *EventDispatcher) Start(ctx context.Context) error {
+func (e *Dispatcher) Start(ctx context.Context) error {
 	if err := e.Register(ctx); err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (e *EventDispatcher) Start(ctx context.Context) error {
 
 // Stop ends the loops and waits for running passes to finish (their
 // transactions commit or roll back as a whole).
-func (e *EventDispatcher) Stop(ctx context.Context) error {
+func (e *Dispatcher) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	cancel := e.cancel
 	e.mu.Unlock()
@@ -180,7 +180,7 @@ func (e *EventDispatcher) Stop(ctx context.Context) error {
 	}
 }
 
-func (e *EventDispatcher) wakeAll() {
+func (e *Dispatcher) wakeAll() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, w := range e.wakers {
@@ -192,7 +192,7 @@ func (e *EventDispatcher) wakeAll() {
 }
 
 // loop runs passes of one consumer until ctx ends.
-func (e *EventDispatcher) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
+func (e *Dispatcher) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 	instance := c.instanceFor(e.cfg.InstanceID)
 	var ceiling time.Duration // of the backoff; 0 while passes succeed
 	for ctx.Err() == nil {
@@ -248,7 +248,7 @@ func backoff(ceiling time.Duration) (next, wait time.Duration) {
 
 // listen wakes the loops on every notification of committed events, on a
 // connection of its own that it re-opens after failures.
-func (e *EventDispatcher) listen(ctx context.Context) {
+func (e *Dispatcher) listen(ctx context.Context) {
 	var ceiling time.Duration
 	for ctx.Err() == nil {
 		err := e.listenOnce(ctx)
@@ -267,7 +267,7 @@ func (e *EventDispatcher) listen(ctx context.Context) {
 	}
 }
 
-func (e *EventDispatcher) listenOnce(ctx context.Context) error {
+func (e *Dispatcher) listenOnce(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package pipeline_test
+package consumer_test
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 func appendOfType(t *testing.T, s *eventstore.Store, aggType string) eventstore.Event {
@@ -46,29 +46,30 @@ func eventIDs(t *testing.T, db *kumikotest.DB) []int64 {
 
 func requireLagging(t *testing.T, err error, name, instance string, cursor, needed int64) {
 	t.Helper()
-	pe := requireOpsError(t, err, pipeline.CodeUnprocessable, pipeline.ReasonConsumerLagging, pipeline.ErrConsumerLagging)
-	require.Equal(t, name, pe.Details["consumer"])
-	require.Equal(t, instance, pe.Details["instanceId"])
-	require.Equal(t, cursor, pe.Details["cursor"])
-	require.Equal(t, needed, pe.Details["needed"])
-	require.Contains(t, pe.Detail, name)
-	require.Contains(t, pe.Detail, "skip")
-	require.Contains(t, pe.Detail, "disable")
+	pe := requireOpsError(t, err, "unprocessable", consumer.ReasonLagging, consumer.ErrLagging)
+	require.Equal(t, name, pe.Details()["consumer"])
+	require.Equal(t, instance, pe.Details()["instanceId"])
+	require.Equal(t, cursor, pe.Details()["cursor"])
+	require.Equal(t, needed, pe.Details()["needed"])
+	require.Contains(t, pe.Detail(), name)
+	require.Contains(t, pe.Detail(), "skip")
+	require.Contains(t, pe.Detail(), "disable")
 }
 
 func TestPruneValidates(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
-	for _, opts := range []pipeline.PruneOptions{
+	ops := consumer.NewOps(db.Store)
+	for _, opts := range []consumer.PruneOptions{
 		{AggregateTypes: []string{"thing"}},
 		{OlderThan: time.Now()},
 		{OlderThan: time.Now(), AggregateTypes: []string{}},
 		{OlderThan: time.Now(), AggregateTypes: []string{"thing", ""}},
 	} {
 		_, err := ops.PruneEvents(ctx, opts)
-		c, _ := code(t, err)
-		require.Equal(t, pipeline.CodeValidation, c, "%+v", opts)
+		var ce *consumer.Error
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "validation_error", ce.Code(), "%+v", opts)
 	}
 }
 
@@ -79,7 +80,7 @@ func TestPruneValidates(t *testing.T) {
 func TestPruneGuardSharedConsumer(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	c := recorder(t, db, "prunee", feature.Shared)
 	d := newEventDispatcher(t, db, "p1", c)
 
@@ -87,45 +88,45 @@ func TestPruneGuardSharedConsumer(t *testing.T) {
 	other := appendOfType(t, db.Store, "other")
 	cutoff := dbNow(t, db)
 	newer := appendOne(t, db.Store)
-	opts := pipeline.PruneOptions{OlderThan: cutoff, AggregateTypes: []string{"thing"}}
+	opts := consumer.PruneOptions{OlderThan: cutoff, AggregateTypes: []string{"thing"}}
 
 	_, err := ops.PruneEvents(ctx, opts)
-	requireLagging(t, err, "prunee", pipeline.SharedInstance, 0, old[2].ID)
+	requireLagging(t, err, "prunee", consumer.SharedInstance, 0, old[2].ID)
 	dry := opts
 	dry.DryRun = true
 	_, err = ops.PruneEvents(ctx, dry)
-	requireLagging(t, err, "prunee", pipeline.SharedInstance, 0, old[2].ID)
+	requireLagging(t, err, "prunee", consumer.SharedInstance, 0, old[2].ID)
 	require.Len(t, eventIDs(t, db), 5, "nothing removed")
 
 	runPass(t, d, "prunee")
 	res, err := ops.PruneEvents(ctx, dry)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, res)
+	require.Equal(t, consumer.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, res)
 	require.Len(t, eventIDs(t, db), 5, "a dry run removes nothing")
 
 	res, err = ops.PruneEvents(ctx, opts)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, res)
+	require.Equal(t, consumer.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, res)
 	require.Equal(t, []int64{other.ID, newer.ID}, eventIDs(t, db),
 		"the other aggregate type's old event and the newer event remain")
 
 	res, err = ops.PruneEvents(ctx, opts)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.PruneResult{ByType: map[string]int64{"thing": 0}}, res, "nothing left to prune")
+	require.Equal(t, consumer.PruneResult{ByType: map[string]int64{"thing": 0}}, res, "nothing left to prune")
 }
 
 // A dead consumer holds the prune back; disabling it lets the prune through.
 func TestPruneDeadBlocksDisabledDoesNot(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	newEventDispatcher(t, db, "p1", recorder(t, db, "stuck", feature.Shared))
 	evs := appendN(t, db.Store, 4)
 	db.Exec(t, `UPDATE kumiko_event_consumers SET status = 'dead', last_processed_event_id = $1 WHERE name = 'stuck'`, evs[1].ID)
-	opts := pipeline.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
+	opts := consumer.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
 
 	_, err := ops.PruneEvents(ctx, opts)
-	requireLagging(t, err, "stuck", pipeline.SharedInstance, evs[1].ID, evs[3].ID)
+	requireLagging(t, err, "stuck", consumer.SharedInstance, evs[1].ID, evs[3].ID)
 
 	_, err = ops.Disable(ctx, "stuck", "")
 	require.NoError(t, err)
@@ -142,8 +143,8 @@ func TestPruneDeadBlocksDisabledDoesNot(t *testing.T) {
 func TestPruneStalePerInstanceRow(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
-	mk := func(instance string) *pipeline.EventDispatcher {
+	ops := consumer.NewOps(db.Store)
+	mk := func(instance string) *consumer.Dispatcher {
 		c := recorder(t, db, "local_"+instance, feature.PerInstance)
 		c.Name = "local"
 		return newEventDispatcher(t, db, instance, c)
@@ -155,12 +156,13 @@ func TestPruneStalePerInstanceRow(t *testing.T) {
 	// pod_b stops for good; pod_a goes on.
 	later := appendN(t, db.Store, 2)
 	runPass(t, a, "local")
-	opts := pipeline.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
+	opts := consumer.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
 
 	_, err := ops.PruneEvents(ctx, opts)
 	requireLagging(t, err, "local", "pod_b", first[1].ID, later[1].ID)
-	pe := pipeline.AsError(err)
-	require.Contains(t, pe.Detail, "DELETE FROM kumiko_event_consumers WHERE instance_id = 'pod_b'")
+	var pe *consumer.Error
+	require.ErrorAs(t, err, &pe)
+	require.Contains(t, pe.Detail(), "DELETE FROM kumiko_event_consumers WHERE instance_id = 'pod_b'")
 	require.Len(t, eventIDs(t, db), 4)
 
 	db.Exec(t, `DELETE FROM kumiko_event_consumers WHERE instance_id = 'pod_b'`)
@@ -192,11 +194,11 @@ func TestPruneStalePerInstanceRow(t *testing.T) {
 func TestPruneRacingRegistration(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	d := newEventDispatcher(t, db, "p1", recorder(t, db, "early", feature.Shared))
 	old := appendN(t, db.Store, 3)
 	runPass(t, d, "early")
-	opts := pipeline.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
+	opts := consumer.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
 	kept := appendOne(t, db.Store)
 	runPass(t, d, "early")
 
@@ -208,7 +210,7 @@ func TestPruneRacingRegistration(t *testing.T) {
 	require.NoError(t, err)
 
 	type pruned struct {
-		res pipeline.PruneResult
+		res consumer.PruneResult
 		err error
 	}
 	pruneDone := make(chan pruned, 1)
@@ -224,7 +226,7 @@ func TestPruneRacingRegistration(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "the prune took the lock and waits for the row")
 
 	late := recorder(t, db, "late", feature.Shared)
-	lateD, err := pipeline.NewEventDispatcher(db.Store, pipeline.EventDispatcherConfig{InstanceID: "p2", PollInterval: 50 * time.Millisecond}, late)
+	lateD, err := consumer.New(db.Store, consumer.Config{InstanceID: "p2", PollInterval: 50 * time.Millisecond}, late)
 	require.NoError(t, err)
 	registered := make(chan error, 1)
 	go func() { registered <- lateD.Register(ctx) }()
@@ -256,6 +258,6 @@ func TestPruneRacingRegistration(t *testing.T) {
 	// fresh consumer registered now holds the next prune back.
 	fresh := recorder(t, db, "fresh", feature.Shared)
 	newEventDispatcher(t, db, "p3", fresh)
-	_, err = ops.PruneEvents(ctx, pipeline.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}})
-	requireLagging(t, err, "fresh", pipeline.SharedInstance, 0, kept.ID)
+	_, err = ops.PruneEvents(ctx, consumer.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}})
+	requireLagging(t, err, "fresh", consumer.SharedInstance, 0, kept.ID)
 }

@@ -1,17 +1,16 @@
-package pipeline
+package consumer
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/internal/author"
 )
 
 // consumerSQL holds the statements on kumiko_event_consumers.
@@ -118,7 +117,7 @@ type PassResult struct {
 // A pass first applies its events without savepoints; only when a handler
 // fails is the transaction rolled back and the pass run again with a
 // savepoint per event, to apply what precedes the failure and record it.
-func (e *EventDispatcher) pass(ctx context.Context, c Consumer, instance string) (PassResult, error) {
+func (e *Dispatcher) pass(ctx context.Context, c Consumer, instance string) (PassResult, error) {
 	res, err := e.passOnce(ctx, c, instance, false)
 	if errors.Is(err, errHandlerFailed) {
 		return e.passOnce(ctx, c, instance, true)
@@ -129,7 +128,7 @@ func (e *EventDispatcher) pass(ctx context.Context, c Consumer, instance string)
 // errHandlerFailed aborts a pass run without savepoints.
 var errHandlerFailed = errors.New("handler failed")
 
-func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool) (PassResult, error) {
+func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool) (PassResult, error) {
 	var res PassResult
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		sh, ok, err := e.lockShard(ctx, tx, c, instance, &res)
@@ -181,7 +180,7 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 		switch {
 		case failed != nil && !c.SkipApplyErrors:
 			sh.attempts++
-			sh.lastError = truncate(failed.Error(), 2000)
+			sh.lastError = author.Storable(failed.Error(), 2000)
 			if sh.attempts >= c.MaxAttempts {
 				sh.status = StatusDead
 			}
@@ -229,7 +228,7 @@ func (e *EventDispatcher) passOnce(ctx context.Context, c Consumer, instance str
 // nothing to do (see consumerSQL.lock), and records in res what it found.
 // ok is false when the pass ends here: the shard has caught up, another
 // process has this turn, or the row is gone.
-func (e *EventDispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, instance string, res *PassResult) (sh shard, ok bool, err error) {
+func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, instance string, res *PassResult) (sh shard, ok bool, err error) {
 	var (
 		locked bool
 		head   int64
@@ -260,9 +259,9 @@ func (e *EventDispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, 
 // Without careful, handlers run directly in tx and the first failure ends
 // the apply (the caller then rolls back); with careful, each runs under a
 // savepoint. A handler's panic is a failure like a returned error.
-func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event, careful bool) (applied []eventstore.Event, next int64, failures int, failed error) {
+func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event, careful bool) (applied []eventstore.Event, next int64, failures int, failed error) {
 	next = cursor
-	guard := savepoint
+	guard := author.Savepoint
 	if !careful {
 		guard = func(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error { return fn(tx) }
 	}
@@ -275,7 +274,7 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 		}
 		if len(wanted) > 0 {
 			err := guard(ctx, tx, func(sp pgx.Tx) error {
-				return runAuthor(e.cfg.Logger, func() error { return c.HandleBatch(ctx, sp, wanted) },
+				return author.Run(e.cfg.Logger, func() error { return c.HandleBatch(ctx, sp, wanted) },
 					"consumer", c.Name, "firstEventId", wanted[0].ID, "events", len(wanted))
 			})
 			if err != nil {
@@ -295,7 +294,7 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 	for _, ev := range evs {
 		if c.wants(ev.Type) {
 			err := guard(ctx, tx, func(sp pgx.Tx) error {
-				return runAuthor(e.cfg.Logger, func() error { return c.Handle(ctx, sp, ev) },
+				return author.Run(e.cfg.Logger, func() error { return c.Handle(ctx, sp, ev) },
 					"consumer", c.Name, "eventId", ev.ID, "eventType", ev.Type)
 			})
 			if err != nil {
@@ -314,22 +313,6 @@ func (e *EventDispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, curs
 	return applied, next, failures, failed
 }
 
-// savepoint runs fn under a savepoint of tx and rolls back to it on error,
-// leaving tx usable.
-func savepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	if err := fn(sp); err != nil {
-		if rbErr := sp.Rollback(ctx); rbErr != nil {
-			return errors.Join(err, rbErr)
-		}
-		return err
-	}
-	return sp.Commit(ctx)
-}
-
 func overlaps(a, b []string) bool {
 	for _, x := range a {
 		if slices.Contains(b, x) {
@@ -340,18 +323,3 @@ func overlaps(a, b []string) bool {
 }
 
 func overlapsNone(a, b []string) bool { return len(a) == 0 || !overlaps(a, b) }
-
-// truncate makes s storable as text and at most n bytes long: invalid
-// UTF-8 becomes U+FFFD, NUL (which PostgreSQL cannot store) is dropped, and
-// the cut never splits a character. A stored error that the database
-// refused would fail the very write that records the failure.
-func truncate(s string, n int) string {
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}

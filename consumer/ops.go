@@ -1,4 +1,4 @@
-package pipeline
+package consumer
 
 import (
 	"context"
@@ -14,38 +14,9 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 )
 
-// Sentinels of the consumer operations. Every refusal is an *Error whose
-// cause wraps one of them, so errors.Is tells them apart and AsError keeps
-// their code.
-var (
-	// ErrConsumerNotFound: no state row exists for the consumer shard
-	// (code not_found, reason consumer_not_found).
-	ErrConsumerNotFound = errors.New("consumer shard not found")
-	// ErrWrongState: the shard's status does not allow the operation
-	// (code unprocessable, reason wrong_state; Details["status"] names the
-	// current status).
-	ErrWrongState = errors.New("consumer shard is in the wrong state")
-	// ErrNothingToSkip: Skip found no event after the cursor
-	// (code unprocessable, reason nothing_to_skip).
-	ErrNothingToSkip = errors.New("no event after the cursor")
-	// ErrGapUnsettled: Skip found the next visible event behind ids that a
-	// transaction still in flight may yet commit; skipping now could lose
-	// such an event (code unprocessable, reason gap_unsettled). Retry once
-	// the writers have finished.
-	ErrGapUnsettled = errors.New("an earlier event may still commit")
-)
-
-// Reasons of the consumer operations' errors.
-const (
-	ReasonConsumerNotFound = "consumer_not_found"
-	ReasonWrongState       = "wrong_state"
-	ReasonNothingToSkip    = "nothing_to_skip"
-	ReasonGapUnsettled     = "gap_unsettled"
-)
-
-// ConsumerStatus is one consumer shard's state row with its lag behind the
+// ShardStatus is one consumer shard's state row with its lag behind the
 // event log.
-type ConsumerStatus struct {
+type ShardStatus struct {
 	// Name is the consumer's name.
 	Name string `json:"name"`
 	// InstanceID is SharedInstance for a shared consumer, else the id of
@@ -85,7 +56,7 @@ type ConsumerStatus struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
-// ConsumerOps lists and operates the event dispatcher's consumer shards
+// Ops lists and operates the event dispatcher's consumer shards
 // (restart, skip, disable, enable) directly on their state rows, so it works
 // with or without a running dispatcher, from any process. It is safe for
 // concurrent use.
@@ -93,13 +64,13 @@ type ConsumerStatus struct {
 // Each operation runs in one transaction that locks the shard's row with
 // SELECT … FOR UPDATE: it waits for a pass running on the shard to commit
 // and then acts on the state that pass left. An operation refuses, changing
-// nothing, when the shard is missing (ErrConsumerNotFound) or in a status
+// nothing, when the shard is missing (ErrNotFound) or in a status
 // the operation does not start from (ErrWrongState).
 //
 // An instance id "" addresses the shared shard (SharedInstance); a
 // per-instance consumer's shards are addressed by their process's instance
 // id.
-type ConsumerOps struct {
+type Ops struct {
 	store *eventstore.Store
 	pool  *pgxpool.Pool
 	sql   consumerOpsSQL
@@ -162,39 +133,39 @@ WHERE name = $1 AND instance_id = $2`),
 	}
 }
 
-// NewConsumerOps returns the consumer operations on store's consumer table.
+// NewOps returns the consumer operations on store's consumer table.
 // It does not touch the database.
-func NewConsumerOps(store *eventstore.Store) *ConsumerOps {
-	return &ConsumerOps{store: store, pool: store.Pool(), sql: newConsumerOpsSQL(store.Schema())}
+func NewOps(store *eventstore.Store) *Ops {
+	return &Ops{store: store, pool: store.Pool(), sql: newConsumerOpsSQL(store.Schema())}
 }
 
 // List returns every consumer shard, ordered by name and instance id; an
 // empty, non-nil slice when there is none.
-func (o *ConsumerOps) List(ctx context.Context) ([]ConsumerStatus, error) {
+func (o *Ops) List(ctx context.Context) ([]ShardStatus, error) {
 	rows, err := o.pool.Query(ctx, o.sql.list)
 	if err != nil {
 		return nil, eventstore.TranslateError(fmt.Errorf("list consumers: %w", err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ConsumerStatus, error) { return scanConsumerStatus(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ShardStatus, error) { return scanShardStatus(r) })
 	if err != nil {
 		return nil, eventstore.TranslateError(fmt.Errorf("list consumers: %w", err))
 	}
 	if out == nil {
-		out = []ConsumerStatus{}
+		out = []ShardStatus{}
 	}
 	return out, nil
 }
 
 // Status returns one consumer shard. A missing shard answers an *Error
-// wrapping ErrConsumerNotFound.
-func (o *ConsumerOps) Status(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+// wrapping ErrNotFound.
+func (o *Ops) Status(ctx context.Context, name, instanceID string) (ShardStatus, error) {
 	return o.status(ctx, o.pool, name, shardInstance(instanceID))
 }
 
 // Restart brings a dead shard back to idle with attempts at 0 and the error
 // cleared; the cursor is kept, so the next pass retries the event that
 // failed. Only a dead shard restarts. It returns the shard after the change.
-func (o *ConsumerOps) Restart(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+func (o *Ops) Restart(ctx context.Context, name, instanceID string) (ShardStatus, error) {
 	return o.change(ctx, "restart", name, instanceID, []string{StatusDead}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
 		_, err := tx.Exec(ctx, o.sql.restart, name, sh.instance, StatusIdle)
 		return err
@@ -209,7 +180,7 @@ func (o *ConsumerOps) Restart(ctx context.Context, name, instanceID string) (Con
 // still be committed by transactions in flight (ErrGapUnsettled): skipping
 // then could pass an event nobody has seen. It returns the shard after the
 // change.
-func (o *ConsumerOps) Skip(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+func (o *Ops) Skip(ctx context.Context, name, instanceID string) (ShardStatus, error) {
 	return o.change(ctx, "skip", name, instanceID, []string{StatusDead, StatusIdle}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
 		// The horizon first: it judges the events read after it.
 		h, err := o.store.HorizonTx(ctx, tx)
@@ -219,7 +190,7 @@ func (o *ConsumerOps) Skip(ctx context.Context, name, instanceID string) (Consum
 		var head int64
 		err = tx.QueryRow(ctx, o.sql.next, sh.cursor).Scan(&head)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return newError(CodeUnprocessable, ReasonNothingToSkip,
+			return newError(codeUnprocessable, ReasonNothingToSkip,
 				fmt.Sprintf("consumer %s/%s has no event after its cursor %d to skip", name, sh.instance, sh.cursor),
 				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrNothingToSkip)).
 				with("consumer", name).with("instanceId", sh.instance).with("cursor", sh.cursor)
@@ -228,7 +199,7 @@ func (o *ConsumerOps) Skip(ctx context.Context, name, instanceID string) (Consum
 			return err
 		}
 		if !sh.settledBelow(head, h) {
-			return newError(CodeUnprocessable, ReasonGapUnsettled,
+			return newError(codeUnprocessable, ReasonGapUnsettled,
 				fmt.Sprintf("an event before %d may still be committed; retry shortly", head),
 				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrGapUnsettled)).
 				with("consumer", name).with("instanceId", sh.instance).with("cursor", sh.cursor)
@@ -241,7 +212,7 @@ func (o *ConsumerOps) Skip(ctx context.Context, name, instanceID string) (Consum
 // Disable stops an idle or dead shard: passes leave a disabled shard alone,
 // its cursor and attempts stay as they are. It returns the shard after the
 // change.
-func (o *ConsumerOps) Disable(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+func (o *Ops) Disable(ctx context.Context, name, instanceID string) (ShardStatus, error) {
 	return o.change(ctx, "disable", name, instanceID, []string{StatusIdle, StatusDead}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
 		_, err := tx.Exec(ctx, o.sql.setStatus, name, sh.instance, StatusDisabled)
 		return err
@@ -252,7 +223,7 @@ func (o *ConsumerOps) Disable(ctx context.Context, name, instanceID string) (Con
 // Attempts are kept: a shard disabled while dead fails for good again on
 // its next failed pass (Restart resets them). It returns the shard after the
 // change.
-func (o *ConsumerOps) Enable(ctx context.Context, name, instanceID string) (ConsumerStatus, error) {
+func (o *Ops) Enable(ctx context.Context, name, instanceID string) (ShardStatus, error) {
 	return o.change(ctx, "enable", name, instanceID, []string{StatusDisabled}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
 		_, err := tx.Exec(ctx, o.sql.setStatus, name, sh.instance, StatusIdle)
 		return err
@@ -287,11 +258,11 @@ func (sh opShard) settledBelow(head int64, h eventstore.Horizon) bool {
 // change runs op on a shard in one transaction: lock its row (waiting for a
 // running pass), check the status is one of from, apply, and read the row
 // back.
-func (o *ConsumerOps) change(ctx context.Context, op, name, instanceID string, from []string,
+func (o *Ops) change(ctx context.Context, op, name, instanceID string, from []string,
 	apply func(ctx context.Context, tx pgx.Tx, sh opShard) error,
-) (ConsumerStatus, error) {
+) (ShardStatus, error) {
 	instance := shardInstance(instanceID)
-	var out ConsumerStatus
+	var out ShardStatus
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		sh := opShard{instance: instance}
 		err := tx.QueryRow(ctx, o.sql.lock, name, instance).Scan(&sh.cursor, &sh.status, &sh.attempts, &sh.gapHorizon, &sh.gapWriters)
@@ -302,14 +273,14 @@ func (o *ConsumerOps) change(ctx context.Context, op, name, instanceID string, f
 			return fmt.Errorf("%s consumer %s/%s: lock: %w", op, name, instance, err)
 		}
 		if !slices.Contains(from, sh.status) {
-			return newError(CodeUnprocessable, ReasonWrongState,
+			return newError(codeUnprocessable, ReasonWrongState,
 				fmt.Sprintf("consumer %s/%s is %s; %s needs it %s", name, instance, sh.status, op, strings.Join(from, " or ")),
 				fmt.Errorf("%s %s/%s: %w: it is %s", op, name, instance, ErrWrongState, sh.status)).
 				with("consumer", name).with("instanceId", instance).with("status", sh.status)
 		}
 		if err := apply(ctx, tx, sh); err != nil {
-			var pe *Error
-			if errors.As(err, &pe) {
+			var ce *Error
+			if errors.As(err, &ce) {
 				return err
 			}
 			return fmt.Errorf("%s consumer %s/%s: %w", op, name, instance, err)
@@ -318,7 +289,7 @@ func (o *ConsumerOps) change(ctx context.Context, op, name, instanceID string, f
 		return err
 	})
 	if err != nil {
-		return ConsumerStatus{}, eventstore.TranslateError(err)
+		return ShardStatus{}, eventstore.TranslateError(err)
 	}
 	return out, nil
 }
@@ -328,19 +299,19 @@ type opsQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (o *ConsumerOps) status(ctx context.Context, q opsQuerier, name, instance string) (ConsumerStatus, error) {
-	st, err := scanConsumerStatus(q.QueryRow(ctx, o.sql.status, name, instance))
+func (o *Ops) status(ctx context.Context, q opsQuerier, name, instance string) (ShardStatus, error) {
+	st, err := scanShardStatus(q.QueryRow(ctx, o.sql.status, name, instance))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ConsumerStatus{}, consumerNotFound(name, instance)
+		return ShardStatus{}, consumerNotFound(name, instance)
 	}
 	if err != nil {
-		return ConsumerStatus{}, eventstore.TranslateError(fmt.Errorf("consumer %s/%s: %w", name, instance, err))
+		return ShardStatus{}, eventstore.TranslateError(fmt.Errorf("consumer %s/%s: %w", name, instance, err))
 	}
 	return st, nil
 }
 
-func scanConsumerStatus(row pgx.Row) (ConsumerStatus, error) {
-	var s ConsumerStatus
+func scanShardStatus(row pgx.Row) (ShardStatus, error) {
+	var s ShardStatus
 	err := row.Scan(&s.Name, &s.InstanceID, &s.Cursor, &s.Head, &s.LagEvents, &s.LagSeconds,
 		&s.Status, &s.Attempts, &s.LastError, &s.GapWaitSeconds, &s.GapBackends, &s.UpdatedAt)
 	if s.GapBackends == nil {
@@ -350,9 +321,9 @@ func scanConsumerStatus(row pgx.Row) (ConsumerStatus, error) {
 }
 
 func consumerNotFound(name, instance string) *Error {
-	return newError(CodeNotFound, ReasonConsumerNotFound,
+	return newError(codeNotFound, ReasonNotFound,
 		fmt.Sprintf("no consumer %s with instance %s", name, instance),
-		fmt.Errorf("%s/%s: %w", name, instance, ErrConsumerNotFound)).
+		fmt.Errorf("%s/%s: %w", name, instance, ErrNotFound)).
 		with("consumer", name).with("instanceId", instance)
 }
 

@@ -1,4 +1,4 @@
-package pipeline
+package consumer
 
 import (
 	"context"
@@ -9,16 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
-
-// ErrConsumerLagging: PruneEvents found a consumer shard that is not
-// disabled and has not processed every event the prune would remove; it
-// removed nothing (code unprocessable, reason consumer_lagging; Details name
-// the consumer, instanceId, its cursor and the id it would need to reach).
-var ErrConsumerLagging = errors.New("a consumer has not processed the events to prune")
-
-// ReasonConsumerLagging is the reason of a prune refused by the consumer-lag
-// guard.
-const ReasonConsumerLagging = "consumer_lagging"
 
 // PruneOptions selects the events PruneEvents removes.
 type PruneOptions struct {
@@ -53,7 +43,7 @@ type pruneSQL struct {
 
 // newPruneSQL builds the statements on schema's tables. It is cheap and the
 // statements are prepared by pgx's statement cache, so PruneEvents builds
-// them per call rather than widening ConsumerOps.
+// them per call rather than widening Ops.
 func newPruneSQL(schema string) pruneSQL {
 	r := strings.NewReplacer(
 		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
@@ -92,7 +82,7 @@ SELECT aggregate_type, count(*), max(id) FROM d GROUP BY aggregate_type`),
 // opts.AggregateTypes. It never removes an event that a consumer shard which
 // is not disabled has not processed yet: when one lags behind the newest
 // event the prune would remove, it refuses with an *Error wrapping
-// ErrConsumerLagging that names the shard, and removes nothing. A dry run
+// ErrLagging that names the shard, and removes nothing. A dry run
 // (opts.DryRun) runs the same guard and reports the same counts without
 // removing anything.
 //
@@ -105,7 +95,7 @@ SELECT aggregate_type, count(*), max(id) FROM d GROUP BY aggregate_type`),
 // waits until the prune has committed, and then starts on the events that
 // remain, as would any consumer registered later. This is one of two
 // mechanisms the guard relies on; the other is that a dispatcher registers
-// all of its consumers' rows when it starts (EventDispatcher.Register),
+// all of its consumers' rows when it starts (Dispatcher.Register),
 // before its first pass, so a consumer of a running process is never
 // invisible to the guard.
 //
@@ -117,7 +107,7 @@ SELECT aggregate_type, count(*), max(id) FROM d GROUP BY aggregate_type`),
 // may be removed, and a shard enabled again later resumes on the events
 // that remain. Skip or disable a lagging consumer, or delete the row of a
 // decommissioned instance, to let a prune through.
-func (o *ConsumerOps) PruneEvents(ctx context.Context, opts PruneOptions) (PruneResult, error) {
+func (o *Ops) PruneEvents(ctx context.Context, opts PruneOptions) (PruneResult, error) {
 	if err := opts.validate(); err != nil {
 		return PruneResult{}, err
 	}
@@ -200,13 +190,13 @@ func (o *ConsumerOps) PruneEvents(ctx context.Context, opts PruneOptions) (Prune
 func (p PruneOptions) validate() error {
 	switch {
 	case p.OlderThan.IsZero():
-		return newError(CodeValidation, "", "prune needs OlderThan: only events created before it are removed", nil)
+		return newError(codeValidation, "", "prune needs OlderThan: only events created before it are removed", nil)
 	case len(p.AggregateTypes) == 0:
-		return newError(CodeValidation, "", "prune needs the aggregate types whose events it may remove; none is removed unless named", nil)
+		return newError(codeValidation, "", "prune needs the aggregate types whose events it may remove; none is removed unless named", nil)
 	}
 	for _, typ := range p.AggregateTypes {
 		if typ == "" {
-			return newError(CodeValidation, "", "prune got an empty aggregate type", nil)
+			return newError(codeValidation, "", "prune got an empty aggregate type", nil)
 		}
 	}
 	return nil
@@ -219,7 +209,7 @@ func consumerLagging(name, instance string, cursor, needed int64) *Error {
 		detail += fmt.Sprintf("; if instance %s is decommissioned, delete its rows: DELETE FROM kumiko_event_consumers WHERE instance_id = '%s'",
 			instance, strings.ReplaceAll(instance, "'", "''"))
 	}
-	return newError(CodeUnprocessable, ReasonConsumerLagging, detail,
-		fmt.Errorf("prune events: %s/%s at %d, needs %d: %w", name, instance, cursor, needed, ErrConsumerLagging)).
+	return newError(codeUnprocessable, ReasonLagging, detail,
+		fmt.Errorf("prune events: %s/%s at %d, needs %d: %w", name, instance, cursor, needed, ErrLagging)).
 		with("consumer", name).with("instanceId", instance).with("cursor", cursor).with("needed", needed)
 }

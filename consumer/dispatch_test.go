@@ -1,4 +1,4 @@
-package pipeline_test
+package consumer_test
 
 import (
 	"context"
@@ -14,19 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // recorder is a consumer that writes every event it applies into a table in
 // the pass transaction, keyed by event id: a duplicate apply fails loudly.
-func recorder(t *testing.T, db *kumikotest.DB, name string, delivery feature.Delivery) pipeline.Consumer {
+func recorder(t *testing.T, db *kumikotest.DB, name string, delivery feature.Delivery) consumer.Consumer {
 	t.Helper()
 	table := "seen_" + name
 	db.Exec(t, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (event_id bigint PRIMARY KEY, instance text NOT NULL, seq bigserial)`, table))
-	return pipeline.Consumer{
+	return consumer.Consumer{
 		Name:     name,
 		Delivery: delivery,
 		Handle: func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
@@ -40,9 +40,9 @@ func recorder(t *testing.T, db *kumikotest.DB, name string, delivery feature.Del
 	}
 }
 
-func newEventDispatcher(t *testing.T, db *kumikotest.DB, instance string, consumers ...pipeline.Consumer) *pipeline.EventDispatcher {
+func newEventDispatcher(t *testing.T, db *kumikotest.DB, instance string, consumers ...consumer.Consumer) *consumer.Dispatcher {
 	t.Helper()
-	e, err := pipeline.NewEventDispatcher(db.Store, pipeline.EventDispatcherConfig{InstanceID: instance, PollInterval: 50 * time.Millisecond}, consumers...)
+	e, err := consumer.New(db.Store, consumer.Config{InstanceID: instance, PollInterval: 50 * time.Millisecond}, consumers...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(context.Background()))
 	return e
@@ -144,7 +144,7 @@ func TestSharedConsumerExactlyOnceAcrossDispatchers(t *testing.T) {
 	)
 	db := kumikotest.NewDB(t, kumikotest.MaxConns(40))
 	ctx := context.Background()
-	var ds []*pipeline.EventDispatcher
+	var ds []*consumer.Dispatcher
 	for i := range dispatchers {
 		c := recorder(t, db, "shared", feature.Shared)
 		c.BatchSize = 100
@@ -203,7 +203,7 @@ func TestPerInstanceEveryProcessSeesEverything(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
-	var ds []*pipeline.EventDispatcher
+	var ds []*consumer.Dispatcher
 	for _, instance := range []string{"a", "b", "c"} {
 		c := recorder(t, db, "local_"+instance, feature.PerInstance)
 		c.Name = "local"
@@ -231,7 +231,7 @@ func TestConsumerMetrics(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	c := recorder(t, db, "measured", feature.Shared)
-	e, err := pipeline.NewEventDispatcher(db.Store, pipeline.EventDispatcherConfig{InstanceID: "m1", PollInterval: 20 * time.Millisecond, Metrics: reg}, c)
+	e, err := consumer.New(db.Store, consumer.Config{InstanceID: "m1", PollInterval: 20 * time.Millisecond, Metrics: reg}, c)
 	require.NoError(t, err)
 	require.NoError(t, e.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
@@ -271,7 +271,7 @@ func TestPoisonEventStopsAtItself(t *testing.T) {
 		evs = append(evs, appendOne(t, db.Store))
 	}
 	poison := evs[2].ID
-	poisoned := func(c pipeline.Consumer) pipeline.Consumer {
+	poisoned := func(c consumer.Consumer) consumer.Consumer {
 		inner := c.Handle
 		c.Handle = func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
 			if err := inner(ctx, tx, ev); err != nil {
@@ -317,7 +317,7 @@ func TestBatchHandlersStartFromAndRearm(t *testing.T) {
 		mu      sync.Mutex
 		batches [][]int64
 	)
-	batch := pipeline.Consumer{Name: "batched", Types: []string{"thing.made"}, HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+	batch := consumer.Consumer{Name: "batched", Types: []string{"thing.made"}, HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		var ids []int64
@@ -330,12 +330,12 @@ func TestBatchHandlersStartFromAndRearm(t *testing.T) {
 	late := recorder(t, db, "late_starter", feature.Shared)
 	late.StartFrom = feature.FromNow
 	failures := 0
-	rearmed := pipeline.Consumer{Name: "rearmed", MaxAttempts: 1, RearmAfter: time.Nanosecond, MaxRearms: 2,
+	rearmed := consumer.Consumer{Name: "rearmed", MaxAttempts: 1, RearmAfter: time.Nanosecond, MaxRearms: 2,
 		Handle: func(context.Context, pgx.Tx, eventstore.Event) error { failures++; return fmt.Errorf("always") }}
 	e := newEventDispatcher(t, db, "p1", batch, late, rearmed)
 
 	fresh := []eventstore.Event{appendOne(t, db.Store), appendOne(t, db.Store)}
-	runAll(t, e, "batched", "late_starter")
+	kumikotest.CatchUp(t, e, "batched", "late_starter")
 	require.Equal(t, [][]int64{{old.ID, fresh[0].ID, fresh[1].ID}}, batches, "one call with the whole pass")
 	require.Equal(t, []int64{fresh[0].ID, fresh[1].ID}, seen(t, db, "late_starter"), "nothing from before its registration")
 
@@ -364,7 +364,7 @@ func TestRegisterNeverRewinds(t *testing.T) {
 	}
 	c := recorder(t, db, "steady", feature.Shared)
 	e := newEventDispatcher(t, db, "p1", c)
-	runAll(t, e, "steady")
+	kumikotest.CatchUp(t, e, "steady")
 	cursor := db.Count(t, "SELECT last_processed_event_id FROM kumiko_event_consumers WHERE name = 'steady'")
 	require.Positive(t, cursor)
 

@@ -1,4 +1,4 @@
-package pipeline_test
+package consumer_test
 
 import (
 	"context"
@@ -12,17 +12,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // errPoison is what a poisoned consumer answers for its bad event.
 var errPoison = errors.New("poison event")
 
 // poisoned wraps c so that its Handle fails on the event whose id bad holds.
-func poisoned(c pipeline.Consumer, bad *atomic.Int64) pipeline.Consumer {
+func poisoned(c consumer.Consumer, bad *atomic.Int64) consumer.Consumer {
 	handle := c.Handle
 	c.Handle = func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
 		if ev.ID == bad.Load() {
@@ -53,22 +53,21 @@ func shardRow(t *testing.T, db *kumikotest.DB, name, instance string) string {
 	return row
 }
 
-// requireOpsError asserts err is a *pipeline.Error with code and reason that
+// requireOpsError asserts err is a *consumer.Error with code and reason that
 // wraps sentinel.
-func requireOpsError(t *testing.T, err error, code, reason string, sentinel error) *pipeline.Error {
+func requireOpsError(t *testing.T, err error, code, reason string, sentinel error) *consumer.Error {
 	t.Helper()
 	require.Error(t, err)
-	var pe *pipeline.Error
+	var pe *consumer.Error
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, code, pe.Code, "%v", err)
-	require.Equal(t, reason, pe.Reason, "%v", err)
-	require.NotEmpty(t, pe.Detail)
+	require.Equal(t, code, pe.Code(), "%v", err)
+	require.Equal(t, reason, pe.Reason(), "%v", err)
+	require.NotEmpty(t, pe.Detail())
 	require.ErrorIs(t, err, sentinel)
-	require.Same(t, pe, pipeline.AsError(err), "AsError keeps the code")
 	return pe
 }
 
-func runPass(t *testing.T, d *pipeline.EventDispatcher, name string) pipeline.PassResult {
+func runPass(t *testing.T, d *consumer.Dispatcher, name string) consumer.PassResult {
 	t.Helper()
 	res, err := d.RunPass(ctx, name)
 	require.NoError(t, err)
@@ -83,7 +82,7 @@ func runPass(t *testing.T, d *pipeline.EventDispatcher, name string) pipeline.Pa
 func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	var bad atomic.Int64
 	c := poisoned(recorder(t, db, "poison", feature.Shared), &bad)
 	c.MaxAttempts = 3
@@ -98,7 +97,7 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	require.ErrorIs(t, res.Failed, errPoison)
 	st, err := ops.Status(ctx, "poison", "")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusIdle, st.Status, "one failure is not dead yet")
+	require.Equal(t, consumer.StatusIdle, st.Status, "one failure is not dead yet")
 	require.Equal(t, 1, st.Attempts)
 	require.Equal(t, evs[0].ID, st.Cursor, "the cursor stops before the poison event")
 
@@ -109,8 +108,8 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	require.Len(t, list, 1)
 	dead := list[0]
 	require.Equal(t, "poison", dead.Name)
-	require.Equal(t, pipeline.SharedInstance, dead.InstanceID)
-	require.Equal(t, pipeline.StatusDead, dead.Status)
+	require.Equal(t, consumer.SharedInstance, dead.InstanceID)
+	require.Equal(t, consumer.StatusDead, dead.Status)
 	require.Equal(t, 3, dead.Attempts)
 	require.Contains(t, dead.LastError, "poison event")
 	require.Equal(t, evs[0].ID, dead.Cursor)
@@ -118,7 +117,7 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	require.Equal(t, int64(3), dead.LagEvents)
 	require.InDelta(t, 90, dead.LagSeconds, 30, "the age of the oldest unprocessed event")
 	require.WithinDuration(t, time.Now(), dead.UpdatedAt, time.Minute)
-	st, err = ops.Status(ctx, "poison", pipeline.SharedInstance)
+	st, err = ops.Status(ctx, "poison", consumer.SharedInstance)
 	require.NoError(t, err)
 	require.InDelta(t, dead.LagSeconds, st.LagSeconds, 5)
 	st.LagSeconds = dead.LagSeconds // time moves on
@@ -133,7 +132,7 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	// Restart retries the same event, which still fails and counts again.
 	st, err = ops.Restart(ctx, "poison", "")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusIdle, st.Status)
 	require.Zero(t, st.Attempts)
 	require.Empty(t, st.LastError)
 	require.Equal(t, evs[0].ID, st.Cursor, "restart keeps the cursor")
@@ -142,27 +141,27 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	st, err = ops.Status(ctx, "poison", "")
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Attempts)
-	require.Equal(t, pipeline.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusIdle, st.Status)
 
 	// Restart is only for a dead shard.
-	before := shardRow(t, db, "poison", pipeline.SharedInstance)
+	before := shardRow(t, db, "poison", consumer.SharedInstance)
 	_, err = ops.Restart(ctx, "poison", "")
-	pe := requireOpsError(t, err, pipeline.CodeUnprocessable, pipeline.ReasonWrongState, pipeline.ErrWrongState)
-	require.Equal(t, pipeline.StatusIdle, pe.Details["status"])
+	pe := requireOpsError(t, err, "unprocessable", consumer.ReasonWrongState, consumer.ErrWrongState)
+	require.Equal(t, consumer.StatusIdle, pe.Details()["status"])
 	require.Contains(t, err.Error(), "idle", "the error names the current state")
-	require.Equal(t, before, shardRow(t, db, "poison", pipeline.SharedInstance), "a refused op changes nothing")
+	require.Equal(t, before, shardRow(t, db, "poison", consumer.SharedInstance), "a refused op changes nothing")
 
 	runPass(t, d, "poison")
 	runPass(t, d, "poison")
 	st, err = ops.Status(ctx, "poison", "")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusDead, st.Status)
+	require.Equal(t, consumer.StatusDead, st.Status)
 
 	// Skip passes exactly the poison event.
 	st, err = ops.Skip(ctx, "poison", "")
 	require.NoError(t, err)
 	require.Equal(t, evs[1].ID, st.Cursor, "past the head event, and only it")
-	require.Equal(t, pipeline.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusIdle, st.Status)
 	require.Zero(t, st.Attempts)
 	require.Empty(t, st.LastError)
 	require.Equal(t, int64(2), st.LagEvents)
@@ -178,10 +177,10 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	require.Zero(t, st.LagSeconds, "caught up")
 
 	// Nothing left to skip.
-	before = shardRow(t, db, "poison", pipeline.SharedInstance)
+	before = shardRow(t, db, "poison", consumer.SharedInstance)
 	_, err = ops.Skip(ctx, "poison", "")
-	requireOpsError(t, err, pipeline.CodeUnprocessable, pipeline.ReasonNothingToSkip, pipeline.ErrNothingToSkip)
-	require.Equal(t, before, shardRow(t, db, "poison", pipeline.SharedInstance))
+	requireOpsError(t, err, "unprocessable", consumer.ReasonNothingToSkip, consumer.ErrNothingToSkip)
+	require.Equal(t, before, shardRow(t, db, "poison", consumer.SharedInstance))
 }
 
 // A disabled shard is left alone by passes; enabling it resumes delivery
@@ -189,13 +188,13 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 func TestConsumerOpsDisableEnable(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	d := newEventDispatcher(t, db, "p1", recorder(t, db, "paused", feature.Shared))
 	first := appendN(t, db.Store, 2)
 
 	st, err := ops.Disable(ctx, "paused", "")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusDisabled, st.Status)
+	require.Equal(t, consumer.StatusDisabled, st.Status)
 	require.Equal(t, int64(2), st.LagEvents)
 	for range 2 {
 		res := runPass(t, d, "paused")
@@ -206,7 +205,7 @@ func TestConsumerOpsDisableEnable(t *testing.T) {
 
 	st, err = ops.Enable(ctx, "paused", "")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusIdle, st.Status)
 	more := appendOne(t, db.Store)
 	res := runPass(t, d, "paused")
 	require.Equal(t, 3, res.Handled)
@@ -219,34 +218,34 @@ func TestConsumerOpsDisableEnable(t *testing.T) {
 func TestConsumerOpsRefuseFromTheWrongState(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	newEventDispatcher(t, db, "p1", recorder(t, db, "states", feature.Shared))
 	evs := appendN(t, db.Store, 3)
 
-	type opFunc func(ctx context.Context, name, instance string) (pipeline.ConsumerStatus, error)
+	type opFunc func(ctx context.Context, name, instance string) (consumer.ShardStatus, error)
 	cases := []struct {
 		name string
 		op   opFunc
 		from []string
 		to   string
 	}{
-		{"restart", ops.Restart, []string{pipeline.StatusDead}, pipeline.StatusIdle},
-		{"skip", ops.Skip, []string{pipeline.StatusDead, pipeline.StatusIdle}, pipeline.StatusIdle},
-		{"disable", ops.Disable, []string{pipeline.StatusIdle, pipeline.StatusDead}, pipeline.StatusDisabled},
-		{"enable", ops.Enable, []string{pipeline.StatusDisabled}, pipeline.StatusIdle},
+		{"restart", ops.Restart, []string{consumer.StatusDead}, consumer.StatusIdle},
+		{"skip", ops.Skip, []string{consumer.StatusDead, consumer.StatusIdle}, consumer.StatusIdle},
+		{"disable", ops.Disable, []string{consumer.StatusIdle, consumer.StatusDead}, consumer.StatusDisabled},
+		{"enable", ops.Enable, []string{consumer.StatusDisabled}, consumer.StatusIdle},
 	}
 	for _, tc := range cases {
-		for _, status := range []string{pipeline.StatusIdle, pipeline.StatusDead, pipeline.StatusDisabled} {
+		for _, status := range []string{consumer.StatusIdle, consumer.StatusDead, consumer.StatusDisabled} {
 			// A shard that failed twice on the event after evs[0].
 			db.Exec(t, `UPDATE kumiko_event_consumers SET status = $1, attempts = 2, last_error = 'boom',
 				last_processed_event_id = $2 WHERE name = 'states'`, status, evs[0].ID)
-			before := shardRow(t, db, "states", pipeline.SharedInstance)
+			before := shardRow(t, db, "states", consumer.SharedInstance)
 			st, err := tc.op(ctx, "states", "")
 			if !slices.Contains(tc.from, status) {
-				pe := requireOpsError(t, err, pipeline.CodeUnprocessable, pipeline.ReasonWrongState, pipeline.ErrWrongState)
-				require.Equal(t, status, pe.Details["status"], "%s from %s", tc.name, status)
-				require.Contains(t, pe.Detail, status)
-				require.Equal(t, before, shardRow(t, db, "states", pipeline.SharedInstance), "%s from %s changed the row", tc.name, status)
+				pe := requireOpsError(t, err, "unprocessable", consumer.ReasonWrongState, consumer.ErrWrongState)
+				require.Equal(t, status, pe.Details()["status"], "%s from %s", tc.name, status)
+				require.Contains(t, pe.Detail(), status)
+				require.Equal(t, before, shardRow(t, db, "states", consumer.SharedInstance), "%s from %s changed the row", tc.name, status)
 				continue
 			}
 			require.NoError(t, err, "%s from %s", tc.name, status)
@@ -261,12 +260,12 @@ func TestConsumerOpsRefuseFromTheWrongState(t *testing.T) {
 
 	for _, tc := range cases {
 		_, err := tc.op(ctx, "nobody", "")
-		requireOpsError(t, err, pipeline.CodeNotFound, pipeline.ReasonConsumerNotFound, pipeline.ErrConsumerNotFound)
+		requireOpsError(t, err, "not_found", consumer.ReasonNotFound, consumer.ErrNotFound)
 		_, err = tc.op(ctx, "states", "p1")
-		requireOpsError(t, err, pipeline.CodeNotFound, pipeline.ReasonConsumerNotFound, pipeline.ErrConsumerNotFound)
+		requireOpsError(t, err, "not_found", consumer.ReasonNotFound, consumer.ErrNotFound)
 	}
 	_, err := ops.Status(ctx, "nobody", "")
-	requireOpsError(t, err, pipeline.CodeNotFound, pipeline.ReasonConsumerNotFound, pipeline.ErrConsumerNotFound)
+	requireOpsError(t, err, "not_found", consumer.ReasonNotFound, consumer.ErrNotFound)
 	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers"), "no op creates a row")
 }
 
@@ -275,9 +274,9 @@ func TestConsumerOpsRefuseFromTheWrongState(t *testing.T) {
 func TestConsumerOpsPerInstance(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	var bad atomic.Int64
-	ds := map[string]*pipeline.EventDispatcher{}
+	ds := map[string]*consumer.Dispatcher{}
 	for _, instance := range []string{"a", "b"} {
 		c := poisoned(recorder(t, db, "local_"+instance, feature.PerInstance), &bad)
 		c.Name, c.MaxAttempts = "local", 1
@@ -294,18 +293,18 @@ func TestConsumerOpsPerInstance(t *testing.T) {
 	for i, instance := range []string{"a", "b"} {
 		require.Equal(t, "local", list[i].Name)
 		require.Equal(t, instance, list[i].InstanceID)
-		require.Equal(t, pipeline.StatusDead, list[i].Status)
+		require.Equal(t, consumer.StatusDead, list[i].Status)
 		require.Equal(t, evs[0].ID, list[i].Cursor)
 	}
 	_, err = ops.Status(ctx, "local", "")
-	requireOpsError(t, err, pipeline.CodeNotFound, pipeline.ReasonConsumerNotFound, pipeline.ErrConsumerNotFound)
+	requireOpsError(t, err, "not_found", consumer.ReasonNotFound, consumer.ErrNotFound)
 	_, err = ops.Restart(ctx, "local", "")
-	requireOpsError(t, err, pipeline.CodeNotFound, pipeline.ReasonConsumerNotFound, pipeline.ErrConsumerNotFound)
+	requireOpsError(t, err, "not_found", consumer.ReasonNotFound, consumer.ErrNotFound)
 
 	st, err := ops.Restart(ctx, "local", "a")
 	require.NoError(t, err)
 	require.Equal(t, "a", st.InstanceID)
-	require.Equal(t, pipeline.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusIdle, st.Status)
 	st, err = ops.Skip(ctx, "local", "b")
 	require.NoError(t, err)
 	require.Equal(t, evs[1].ID, st.Cursor)
@@ -313,7 +312,7 @@ func TestConsumerOpsPerInstance(t *testing.T) {
 	a, err := ops.Status(ctx, "local", "a")
 	require.NoError(t, err)
 	require.Equal(t, evs[0].ID, a.Cursor, "skipping b's shard moved nothing of a's")
-	require.Equal(t, pipeline.StatusIdle, a.Status)
+	require.Equal(t, consumer.StatusIdle, a.Status)
 
 	require.Equal(t, 1, runPass(t, ds["b"], "local").Handled)
 	require.Equal(t, []int64{evs[0].ID, evs[2].ID}, seen(t, db, "local_b"))
@@ -321,7 +320,7 @@ func TestConsumerOpsPerInstance(t *testing.T) {
 	require.ErrorIs(t, res.Failed, errPoison, "a retries the poison event")
 	a, err = ops.Status(ctx, "local", "a")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusDead, a.Status)
+	require.Equal(t, consumer.StatusDead, a.Status)
 	require.Equal(t, []int64{evs[0].ID}, seen(t, db, "local_a"))
 }
 
@@ -331,7 +330,7 @@ func TestConsumerOpsPerInstance(t *testing.T) {
 func TestConsumerOpsLenientAndStrict(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	var bad atomic.Int64
 	strict := poisoned(recorder(t, db, "strict", feature.Shared), &bad)
 	strict.MaxAttempts = 2
@@ -354,17 +353,17 @@ func TestConsumerOpsLenientAndStrict(t *testing.T) {
 
 	list, err := ops.List(ctx)
 	require.NoError(t, err)
-	byName := map[string]pipeline.ConsumerStatus{}
+	byName := map[string]consumer.ShardStatus{}
 	for _, st := range list {
 		byName[st.Name] = st
 	}
 	require.Equal(t, []string{"healthy", "lenient", "strict"}, []string{list[0].Name, list[1].Name, list[2].Name}, "ordered by name")
-	require.Equal(t, pipeline.StatusDead, byName["strict"].Status)
+	require.Equal(t, consumer.StatusDead, byName["strict"].Status)
 	require.Equal(t, int64(3), byName["strict"].LagEvents)
 	require.Contains(t, byName["strict"].LastError, "poison event")
 	for _, name := range []string{"lenient", "healthy"} {
 		st := byName[name]
-		require.Equal(t, pipeline.StatusIdle, st.Status, name)
+		require.Equal(t, consumer.StatusIdle, st.Status, name)
 		require.Equal(t, evs[3].ID, st.Cursor, name)
 		require.Zero(t, st.LagEvents, name)
 		require.Zero(t, st.Attempts, name)
@@ -377,7 +376,7 @@ func TestConsumerOpsLenientAndStrict(t *testing.T) {
 func TestConsumerOpsWaitForARunningPass(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once atomic.Bool
 	c := recorder(t, db, "slow", feature.Shared)
@@ -392,7 +391,7 @@ func TestConsumerOpsWaitForARunningPass(t *testing.T) {
 	d := newEventDispatcher(t, db, "p1", c)
 	ev := appendOne(t, db.Store)
 
-	passDone := make(chan pipeline.PassResult, 1)
+	passDone := make(chan consumer.PassResult, 1)
 	go func() {
 		res, err := d.RunPass(context.Background(), "slow")
 		if err != nil {
@@ -407,7 +406,7 @@ func TestConsumerOpsWaitForARunningPass(t *testing.T) {
 	require.Zero(t, st.Cursor)
 
 	type result struct {
-		st  pipeline.ConsumerStatus
+		st  consumer.ShardStatus
 		err error
 	}
 	opDone := make(chan result, 1)
@@ -426,7 +425,7 @@ func TestConsumerOpsWaitForARunningPass(t *testing.T) {
 	require.Equal(t, 1, res.Handled)
 	r := <-opDone
 	require.NoError(t, r.err)
-	require.Equal(t, pipeline.StatusDisabled, r.st.Status)
+	require.Equal(t, consumer.StatusDisabled, r.st.Status)
 	require.Equal(t, ev.ID, r.st.Cursor, "the op sees what the pass committed")
 }
 
@@ -436,7 +435,7 @@ func TestConsumerOpsWaitForARunningPass(t *testing.T) {
 func TestConsumerOpsSkipWaitsForAnUnsettledGap(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
-	ops := pipeline.NewConsumerOps(db.Store)
+	ops := consumer.NewOps(db.Store)
 	d := newEventDispatcher(t, db, "p1", recorder(t, db, "gappy", feature.Shared))
 	first := appendOne(t, db.Store)
 	runPass(t, d, "gappy")
@@ -450,10 +449,10 @@ func TestConsumerOpsSkipWaitsForAnUnsettledGap(t *testing.T) {
 	after := appendOne(t, db.Store)
 	require.Greater(t, after.ID, late.Events[0].ID)
 
-	before := shardRow(t, db, "gappy", pipeline.SharedInstance)
+	before := shardRow(t, db, "gappy", consumer.SharedInstance)
 	_, err = ops.Skip(ctx, "gappy", "")
-	requireOpsError(t, err, pipeline.CodeUnprocessable, pipeline.ReasonGapUnsettled, pipeline.ErrGapUnsettled)
-	require.Equal(t, before, shardRow(t, db, "gappy", pipeline.SharedInstance))
+	requireOpsError(t, err, "unprocessable", consumer.ReasonGapUnsettled, consumer.ErrGapUnsettled)
+	require.Equal(t, before, shardRow(t, db, "gappy", consumer.SharedInstance))
 
 	require.NoError(t, slow.Commit(ctx))
 	st, err := ops.Skip(ctx, "gappy", "")

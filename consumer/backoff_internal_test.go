@@ -1,4 +1,4 @@
-package pipeline
+package consumer
 
 import (
 	"testing"

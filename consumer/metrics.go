@@ -1,4 +1,4 @@
-package pipeline
+package consumer
 
 import (
 	"time"
@@ -8,8 +8,8 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 )
 
-// consumerMetrics are the event dispatcher's Prometheus series.
-type consumerMetrics struct {
+// metrics are the event dispatcher's Prometheus series.
+type metrics struct {
 	instance  string
 	processed *prometheus.CounterVec
 	failures  *prometheus.CounterVec
@@ -19,9 +19,9 @@ type consumerMetrics struct {
 	gap       *prometheus.GaugeVec
 }
 
-func newConsumerMetrics(reg prometheus.Registerer, instance string) (*consumerMetrics, error) {
+func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
 	labels := []string{"consumer", "instance_id"}
-	m := &consumerMetrics{
+	m := &metrics{
 		instance: instance,
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kumiko_event_consumer_events_processed_total", Help: "Events a consumer applied.",
@@ -57,7 +57,7 @@ func newConsumerMetrics(reg prometheus.Registerer, instance string) (*consumerMe
 	return m, nil
 }
 
-func (m *consumerMetrics) delivered(consumer string, evs []eventstore.Event) {
+func (m *metrics) delivered(consumer string, evs []eventstore.Event) {
 	m.processed.WithLabelValues(consumer, m.instance).Add(float64(len(evs)))
 	h := m.latency.WithLabelValues(consumer, m.instance)
 	for _, ev := range evs {
@@ -65,15 +65,15 @@ func (m *consumerMetrics) delivered(consumer string, evs []eventstore.Event) {
 	}
 }
 
-func (m *consumerMetrics) failed(consumer string, n int) {
+func (m *metrics) failed(consumer string, n int) {
 	m.failures.WithLabelValues(consumer, m.instance).Add(float64(n))
 }
 
-func (m *consumerMetrics) cursor(consumer, instance string, cursor, head int64) {
+func (m *metrics) cursor(consumer, instance string, cursor, head int64) {
 	m.position.WithLabelValues(consumer, instance).Set(float64(cursor))
 	m.lag.WithLabelValues(consumer, instance).Set(float64(max(head-cursor, 0)))
 }
 
-func (m *consumerMetrics) gapWait(consumer, instance string, wait time.Duration) {
+func (m *metrics) gapWait(consumer, instance string, wait time.Duration) {
 	m.gap.WithLabelValues(consumer, instance).Set(wait.Seconds())
 }

@@ -1,4 +1,4 @@
-package pipeline_test
+package consumer_test
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // withAppName returns the test database URL with an application_name, so a
@@ -47,7 +47,7 @@ func TestDispatcherRecoversFromTerminatedBackends(t *testing.T) {
 	store, err := eventstore.New(pool, eventstore.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	c := recorder(t, db, "survivor", feature.Shared)
-	e, err := pipeline.NewEventDispatcher(store, pipeline.EventDispatcherConfig{InstanceID: "p1", PollInterval: 20 * time.Millisecond}, c)
+	e, err := consumer.New(store, consumer.Config{InstanceID: "p1", PollInterval: 20 * time.Millisecond}, c)
 	require.NoError(t, err)
 	require.NoError(t, e.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
@@ -83,7 +83,7 @@ func runChildDispatcher(dbURL string) {
 	if err != nil {
 		panic(err)
 	}
-	c := pipeline.Consumer{
+	c := consumer.Consumer{
 		Name:      "killed",
 		BatchSize: 50,
 		Handle: func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
@@ -95,7 +95,7 @@ func runChildDispatcher(dbURL string) {
 			return err
 		},
 	}
-	e, err := pipeline.NewEventDispatcher(store, pipeline.EventDispatcherConfig{InstanceID: "child", PollInterval: 10 * time.Millisecond}, c)
+	e, err := consumer.New(store, consumer.Config{InstanceID: "child", PollInterval: 10 * time.Millisecond}, c)
 	if err != nil {
 		panic(err)
 	}

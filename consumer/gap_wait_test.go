@@ -1,4 +1,4 @@
-package pipeline_test
+package consumer_test
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
-	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // holdWriter begins a transaction on its own connection, appends one event
@@ -34,9 +34,9 @@ func holdWriter(t *testing.T, db *kumikotest.DB) (pgx.Tx, int32) {
 	return tx, int32(tx.Conn().PgConn().PID())
 }
 
-func shardStatus(t *testing.T, db *kumikotest.DB, name string) pipeline.ConsumerStatus {
+func shardStatus(t *testing.T, db *kumikotest.DB, name string) consumer.ShardStatus {
 	t.Helper()
-	st, err := pipeline.NewConsumerOps(db.Store).Status(context.Background(), name, "")
+	st, err := consumer.NewOps(db.Store).Status(context.Background(), name, "")
 	require.NoError(t, err)
 	return st
 }
@@ -50,7 +50,7 @@ func TestGapWaitNamesTheWriterBackend(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	c := recorder(t, db, "held", feature.Shared)
-	e, err := pipeline.NewEventDispatcher(db.Store, pipeline.EventDispatcherConfig{InstanceID: "g1", PollInterval: 10 * time.Millisecond, Metrics: reg}, c)
+	e, err := consumer.New(db.Store, consumer.Config{InstanceID: "g1", PollInterval: 10 * time.Millisecond, Metrics: reg}, c)
 	require.NoError(t, err)
 	require.NoError(t, e.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
@@ -76,7 +76,7 @@ func TestGapWaitNamesTheWriterBackend(t *testing.T) {
 		v, ok := metricValue(t, reg, "kumiko_event_consumer_gap_wait_seconds")
 		return ok && v > 0
 	}, 10*time.Second, 5*time.Millisecond, "and the gauge shows it")
-	list, err := pipeline.NewConsumerOps(db.Store).List(ctx)
+	list, err := consumer.NewOps(db.Store).List(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, []int32{pid}, list[0].GapBackends, "List answers the same")
@@ -116,7 +116,7 @@ func TestIdlePassWritesNothing(t *testing.T) {
 	for range 3 {
 		appendOne(t, db.Store)
 	}
-	runAll(t, e, "quiet")
+	kumikotest.CatchUp(t, e, "quiet")
 	caughtUp := rowVersion(t, db, "quiet")
 	lockedBy := db.Count(t, "SELECT xmax::text::bigint FROM kumiko_event_consumers WHERE name = 'quiet'")
 	for range 5 {
@@ -143,7 +143,7 @@ func TestIdlePassWritesNothing(t *testing.T) {
 	require.Equal(t, atGap, rowVersion(t, db, "quiet"), "passes waiting at a recorded gap write nothing")
 
 	require.NoError(t, writer.Commit(ctx))
-	runAll(t, e, "quiet")
+	kumikotest.CatchUp(t, e, "quiet")
 	require.Len(t, seen(t, db, "quiet"), 5)
 	require.NotEqual(t, atGap, rowVersion(t, db, "quiet"))
 }
@@ -166,9 +166,9 @@ func TestFailingConsumerWithAnyErrorTextGoesDead(t *testing.T) {
 		{"nul", "driver said \x00 here"},
 		{"invalid", "bytes \xff\xfe from a peer"},
 	}
-	var consumers []pipeline.Consumer
+	var consumers []consumer.Consumer
 	for _, tc := range texts {
-		consumers = append(consumers, pipeline.Consumer{Name: tc.name, MaxAttempts: 2,
+		consumers = append(consumers, consumer.Consumer{Name: tc.name, MaxAttempts: 2,
 			Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return errors.New(tc.text) }})
 	}
 	e := newEventDispatcher(t, db, "p1", consumers...)
@@ -180,7 +180,7 @@ func TestFailingConsumerWithAnyErrorTextGoesDead(t *testing.T) {
 			require.Error(t, res.Failed)
 		}
 		st := shardStatus(t, db, name)
-		require.Equal(t, pipeline.StatusDead, st.Status, name)
+		require.Equal(t, consumer.StatusDead, st.Status, name)
 		require.Equal(t, 2, st.Attempts, name)
 		require.True(t, utf8.ValidString(st.LastError), name)
 		require.LessOrEqual(t, len(st.LastError), 2000, name)

@@ -1,0 +1,108 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinels of the consumer operations and of the prune guard. Every
+// refusal is an *Error whose cause wraps one of them, so errors.Is tells
+// them apart and Code/Reason give the error contract.
+var (
+	// ErrNotFound: no state row exists for the consumer shard (code
+	// not_found, reason consumer_not_found).
+	ErrNotFound = errors.New("consumer shard not found")
+	// ErrWrongState: the shard's status does not allow the operation
+	// (code unprocessable, reason wrong_state; Details()["status"] names
+	// the current status).
+	ErrWrongState = errors.New("consumer shard is in the wrong state")
+	// ErrNothingToSkip: Skip found no event after the cursor
+	// (code unprocessable, reason nothing_to_skip).
+	ErrNothingToSkip = errors.New("no event after the cursor")
+	// ErrGapUnsettled: Skip found the next visible event behind ids that a
+	// transaction still in flight may yet commit; skipping now could lose
+	// such an event (code unprocessable, reason gap_unsettled). Retry once
+	// the writers have finished.
+	ErrGapUnsettled = errors.New("an earlier event may still commit")
+	// ErrLagging: Ops.Prune found a consumer shard that is not disabled
+	// and has not processed every event the prune would remove; it removed
+	// nothing (code unprocessable, reason consumer_lagging; Details() name
+	// the consumer, instanceId, its cursor and the id it would need to
+	// reach).
+	ErrLagging = errors.New("a consumer has not processed the events to prune")
+)
+
+// Reasons of the consumer operations' errors.
+const (
+	ReasonNotFound      = "consumer_not_found"
+	ReasonWrongState    = "wrong_state"
+	ReasonNothingToSkip = "nothing_to_skip"
+	ReasonGapUnsettled  = "gap_unsettled"
+	ReasonLagging       = "consumer_lagging"
+)
+
+// Codes of the error contract that the consumer operations answer; the same
+// wire names as the executor's (pipeline.CodeNotFound, …).
+const (
+	codeValidation    = "validation_error"
+	codeNotFound      = "not_found"
+	codeUnprocessable = "unprocessable"
+)
+
+// Error is a refused consumer operation as a client may see it: a stable
+// Code, a finer Reason, a Detail sentence safe to show, and structured
+// Details (consumer, instanceId, cursor, …). The cause, which wraps one of
+// the sentinels, is kept for logs and errors.Is, never shown.
+type Error struct {
+	code, reason, detail string
+	details              map[string]any
+	cause                error
+}
+
+func newError(code, reason, detail string, cause error) *Error {
+	if reason == "" {
+		reason = code
+	}
+	return &Error{code: code, reason: reason, detail: detail, cause: cause}
+}
+
+// Code is the stable error code: not_found, unprocessable or
+// validation_error.
+func (e *Error) Code() string { return e.code }
+
+// Reason is the finer reason code (one of the Reason constants, or the code).
+func (e *Error) Reason() string { return e.reason }
+
+// Detail is a sentence safe to show to the operator.
+func (e *Error) Detail() string { return e.detail }
+
+// Details are the structured extras; nil when there are none.
+func (e *Error) Details() map[string]any { return e.details }
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.code)
+	if e.reason != e.code {
+		fmt.Fprintf(&b, " (%s)", e.reason)
+	}
+	if e.detail != "" {
+		b.WriteString(": " + e.detail)
+	}
+	if e.cause != nil {
+		b.WriteString(": " + e.cause.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.cause }
+
+// with sets a detail and returns e, for chaining.
+func (e *Error) with(key string, v any) *Error {
+	if e.details == nil {
+		e.details = map[string]any{}
+	}
+	e.details[key] = v
+	return e
+}

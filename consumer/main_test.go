@@ -1,0 +1,23 @@
+package consumer_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/google/uuid"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(childDispatcherEnv); url != "" {
+		runChildDispatcher(url) // a subprocess of TestDispatcherSurvivesSIGKILL
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var (
+	tenantA = uuid.MustParse("0190a000-0000-7000-8000-00000000000a")
+	ctx     = context.Background()
+)
