@@ -34,7 +34,7 @@ func fuzzServer(f *testing.F) *httptest.Server {
 	app := kumikotest.NewApp(f, []*feature.Feature{tasks.Feature, probe})
 	s, err := khttp.NewServer(khttp.Config{
 		JWTSecret: secret, Idempotency: newMemStore(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, app.Dispatcher, app.Store)
+	}, app.Executor, app.Store)
 	require.NoError(f, err)
 	srv := httptest.NewServer(s.Handler())
 	f.Cleanup(srv.Close)

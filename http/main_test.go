@@ -98,7 +98,7 @@ func newEnvWith(t *testing.T, conns int32, extra []*feature.Feature, opts ...fun
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s, err := khttp.NewServer(cfg, e.app.Dispatcher, e.app.Store)
+	s, err := khttp.NewServer(cfg, e.app.Executor, e.app.Store)
 	require.NoError(t, err)
 	e.s = s
 	e.srv = httptest.NewServer(s.Handler())

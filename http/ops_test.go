@@ -53,13 +53,13 @@ func TestMetricsRegistry(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
 	cfg := khttp.Config{JWTSecret: secret, Metrics: reg}
-	_, err := khttp.NewServer(cfg, e.app.Dispatcher, e.app.Store)
+	_, err := khttp.NewServer(cfg, e.app.Executor, e.app.Store)
 	require.NoError(t, err)
-	_, err = khttp.NewServer(cfg, e.app.Dispatcher, e.app.Store)
+	_, err = khttp.NewServer(cfg, e.app.Executor, e.app.Store)
 	require.NoError(t, err)
 
 	_, err = khttp.NewServer(khttp.Config{JWTSecret: secret, Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"app": "x"}, reg)},
-		e.app.Dispatcher, e.app.Store)
+		e.app.Executor, e.app.Store)
 	require.ErrorContains(t, err, "Config.Gatherer")
 }
 
@@ -185,7 +185,7 @@ func TestConfigValidation(t *testing.T) {
 		{khttp.Config{JWTSecret: secret, BodyLimit: -1}, "Config.BodyLimit"},
 		{khttp.Config{JWTSecret: secret, MaxDepth: -1}, "Config.MaxDepth"},
 		{khttp.Config{JWTSecret: secret, IdempotencyWait: -time.Second}, "Config.IdempotencyWait"},
-		{khttp.Config{JWTSecret: secret}, "dispatcher and an event store are required"},
+		{khttp.Config{JWTSecret: secret}, "executor and an event store are required"},
 	} {
 		_, err := khttp.NewServer(c.cfg, nil, nil)
 		require.ErrorContains(t, err, c.want)

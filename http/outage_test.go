@@ -425,7 +425,7 @@ func TestOutageRedis(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store := idempotency.NewRedisStore(client, idempotency.RedisConfig{Prefix: "kumiko:test:" + uuid.NewString() + ":", TTL: time.Minute})
 	serve := func(failOpen bool) *httptest.Server {
-		s, err := khttp.NewServer(khttp.Config{JWTSecret: secret, Idempotency: store, IdempotencyFailOpen: failOpen}, app.Dispatcher, app.Store)
+		s, err := khttp.NewServer(khttp.Config{JWTSecret: secret, Idempotency: store, IdempotencyFailOpen: failOpen}, app.Executor, app.Store)
 		require.NoError(t, err)
 		srv := httptest.NewServer(s.Handler())
 		t.Cleanup(srv.Close)

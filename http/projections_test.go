@@ -22,7 +22,7 @@ func TestProjections(t *testing.T) {
 	operator := token(t, "olga", tenantA, "Operator")
 	e.create(alice, "one")
 	e.create(alice, "two")
-	_, err := e.app.Dispatcher.RebuildProjection(context.Background(), "tasks_by_month", pipeline.RebuildOptions{})
+	_, err := e.app.Executor.RebuildProjection(context.Background(), "tasks_by_month", pipeline.RebuildOptions{})
 	require.NoError(t, err)
 
 	r := e.do(get("/api/projections", operator))

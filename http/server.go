@@ -7,7 +7,7 @@
 // application/problem+json with a stable code and reason; nothing internal
 // (SQL, causes, stack traces) is ever shown, and every 5xx is logged with its
 // cause and the request id. Handlers are thin: they decode the envelope, call
-// the dispatcher and write {"data": …}.
+// the executor and write {"data": …}.
 //
 // The adapter calls the pipeline; the pipeline never calls it. A Server is
 // built by hand with [NewServer] or by the kumiko facade, which runs
@@ -217,7 +217,7 @@ func (c Config) validate() error {
 // It is safe for concurrent use.
 type Server struct {
 	cfg     Config
-	d       *pipeline.Dispatcher
+	d       *pipeline.Executor
 	store   *eventstore.Store
 	e       *echo.Echo
 	log     *slog.Logger
@@ -233,13 +233,13 @@ type Server struct {
 // NewServer builds the server for d, inspecting streams in store (the
 // store d writes to). It registers its metrics on cfg.Metrics; a second
 // server on the same registerer shares them.
-func NewServer(cfg Config, d *pipeline.Dispatcher, store *eventstore.Store) (*Server, error) {
+func NewServer(cfg Config, d *pipeline.Executor, store *eventstore.Store) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if d == nil || store == nil {
-		return nil, errors.New("http: a dispatcher and an event store are required")
+		return nil, errors.New("http: an executor and an event store are required")
 	}
 	cfg.JWTSecret = slices.Clone(cfg.JWTSecret)
 	m, err := newMetrics(cfg.Metrics)

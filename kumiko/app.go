@@ -28,7 +28,7 @@ type Parts struct {
 	Pool        *pgxpool.Pool
 	Store       *eventstore.Store
 	Registry    *registry.Registry
-	Dispatcher  *pipeline.Dispatcher
+	Executor    *pipeline.Executor
 	Events      *consumer.Dispatcher
 	Idempotency idempotency.Store
 	HTTP        *khttp.Server
@@ -124,12 +124,12 @@ func (a *App) wire() error {
 	if p.Store, err = eventstore.New(p.Pool, eventstore.Config{Schema: cfg.Schema, Upcaster: p.Registry, Logger: cfg.Logger}); err != nil {
 		return err
 	}
-	if p.Dispatcher, err = pipeline.New(p.Registry, p.Store, pipeline.Config{
+	if p.Executor, err = pipeline.New(p.Registry, p.Store, pipeline.Config{
 		Logger: cfg.Logger, Metrics: p.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
 	}); err != nil {
 		return err
 	}
-	consumers := p.Dispatcher.Consumers()
+	consumers := p.Executor.Consumers()
 	if a.withHTTP {
 		if err := a.wireHTTP(); err != nil {
 			return err
@@ -171,7 +171,7 @@ func (a *App) wireHTTP() error {
 		Gatherer:            p.Metrics,
 		Ready:               p.Pool.Ping,
 		RequestTimeout:      max(cfg.RequestTimeout, 0),
-	}, p.Dispatcher, p.Store)
+	}, p.Executor, p.Store)
 	return err
 }
 
@@ -188,7 +188,7 @@ func (a *App) steps() []step {
 	steps := []step{
 		{stop: func(context.Context) error { p.Pool.Close(); return nil }},
 		{start: a.migrate, stop: func(context.Context) error { p.Store.Close(); return nil }},
-		{start: p.Dispatcher.EnsureSchema},
+		{start: p.Executor.EnsureSchema},
 	}
 	if a.redis != nil {
 		steps = append(steps, step{stop: func(context.Context) error { return a.redis.Close() }})
@@ -200,7 +200,7 @@ func (a *App) steps() []step {
 	if a.withHTTP {
 		steps = append(steps, apiListener(cfg, p.HTTP, &a.addr))
 		if cfg.IdempotencyRetention >= 0 {
-			steps = append(steps, pruneIdempotencyKeys(cfg, p.Dispatcher))
+			steps = append(steps, pruneIdempotencyKeys(cfg, p.Executor))
 		}
 	}
 	return steps

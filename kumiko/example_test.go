@@ -50,7 +50,7 @@ func ExampleModule() {
 			JWTSecret:   os.Getenv("KUMIKO_JWT_SECRET"),
 			InstanceID:  "api-1",
 		}, tasks.Feature),
-		fx.Invoke(func(d *pipeline.Dispatcher) {
+		fx.Invoke(func(d *pipeline.Executor) {
 			// the app's own components use the wired parts
 		}),
 	).Run()

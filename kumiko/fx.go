@@ -19,7 +19,7 @@ import (
 // Module is the fx module of a kumiko server, for applications that build
 // their own fx graph. It builds the server with New and hooks App.Start and
 // App.Stop into the lifecycle; it provides the *App and its Parts: the
-// Config, the pool, the event store, the registry, the dispatcher, the event
+// Config, the pool, the event store, the registry, the executor, the event
 // dispatcher, the idempotency store, the Prometheus registry and the HTTP
 // server. An invalid cfg or feature fails the graph.
 func Module(ctx context.Context, cfg Config, features ...*feature.Feature) fx.Option {
@@ -37,7 +37,7 @@ type moduleOut struct {
 	Pool        *pgxpool.Pool
 	Store       *eventstore.Store
 	Registry    *registry.Registry
-	Dispatcher  *pipeline.Dispatcher
+	Executor    *pipeline.Executor
 	Events      *consumer.Dispatcher
 	Idempotency idempotency.Store
 	HTTP        *khttp.Server
@@ -56,6 +56,6 @@ func provide(a *App, err error) (moduleOut, error) {
 		return moduleOut{}, err
 	}
 	p := a.Parts()
-	return moduleOut{App: a, Config: p.Config, Pool: p.Pool, Store: p.Store, Registry: p.Registry, Dispatcher: p.Dispatcher,
+	return moduleOut{App: a, Config: p.Config, Pool: p.Pool, Store: p.Store, Registry: p.Registry, Executor: p.Executor,
 		Events: p.Events, Idempotency: p.Idempotency, HTTP: p.HTTP, Metrics: p.Metrics}, nil
 }

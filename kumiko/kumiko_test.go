@@ -74,7 +74,7 @@ func TestBuildServerStartStop(t *testing.T) {
 	require.Contains(t, body, `"title":"via fx"`)
 	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM read_task"))
 	require.Equal(t, db.Schema, app.Parts().Store.Schema(), "the store works in the configured schema")
-	require.NotNil(t, app.Parts().Dispatcher)
+	require.NotNil(t, app.Parts().Executor)
 
 	require.NoError(t, app.Stop(ctx))
 	resp, err = http.Get(base + "/healthz")
@@ -138,7 +138,7 @@ func TestModuleRunsTheAppInAnFxGraph(t *testing.T) {
 	ctx := context.Background()
 	var (
 		app  *kumiko.App
-		disp *pipeline.Dispatcher
+		disp *pipeline.Executor
 	)
 	fxApp := fx.New(
 		fx.NopLogger,
@@ -148,7 +148,7 @@ func TestModuleRunsTheAppInAnFxGraph(t *testing.T) {
 		fx.Populate(&app, &disp),
 	)
 	require.NoError(t, fxApp.Err())
-	require.Same(t, app.Parts().Dispatcher, disp)
+	require.Same(t, app.Parts().Executor, disp)
 	require.NoError(t, fxApp.Start(ctx))
 	resp, err := http.Get("http://" + app.Addr() + "/healthz")
 	require.NoError(t, err)

@@ -210,7 +210,7 @@ func TestEventStreamOutlivesServerTimeouts(t *testing.T) {
 func TestServerPrunesIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	app, db := startLimited(t, kumiko.Config{IdempotencyPruneInterval: 20 * time.Millisecond})
-	require.NotNil(t, app.Parts().Dispatcher)
+	require.NotNil(t, app.Parts().Executor)
 	db.Exec(t, `INSERT INTO kumiko_idempotency_keys (tenant_id, user_id, key, created_at) VALUES
 	('01900000-0000-7000-8000-000000000001', 'u', 'old', now() - interval '8 days'),
 	('01900000-0000-7000-8000-000000000001', 'u', 'six-days', now() - interval '6 days'),

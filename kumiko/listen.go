@@ -72,7 +72,7 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 // IdempotencyRetention while the server runs: right after it starts, then
 // every IdempotencyPruneInterval. Every server of an app does; the deletes
 // are idempotent. A failure is logged and retried at the next tick.
-func pruneIdempotencyKeys(cfg Config, d *pipeline.Dispatcher) step {
+func pruneIdempotencyKeys(cfg Config, d *pipeline.Executor) step {
 	var (
 		cancel context.CancelFunc
 		done   = make(chan struct{})

@@ -13,11 +13,11 @@ import (
 )
 
 // App is a test database with features compiled and their tables created:
-// the event store upcasts with the registry and the dispatcher is ready.
+// the event store upcasts with the registry and the executor is ready.
 type App struct {
 	*DB
-	Registry   *registry.Registry
-	Dispatcher *pipeline.Dispatcher
+	Registry *registry.Registry
+	Executor *pipeline.Executor
 }
 
 // NewApp builds features into a registry (failing the test on boot errors),
@@ -36,7 +36,7 @@ func NewApp(t testing.TB, features []*feature.Feature, opts ...Option) *App {
 	if err := d.EnsureSchema(context.Background()); err != nil {
 		t.Fatalf("kumikotest: %v", err)
 	}
-	return &App{DB: db, Registry: reg, Dispatcher: d}
+	return &App{DB: db, Registry: reg, Executor: d}
 }
 
 // User returns an authenticated caller of tenant with roles.

@@ -32,7 +32,7 @@ var widgets = feature.Define("widgets", func(r *feature.Registrar) {
 func TestCommandResultEncodedBeforeCommit(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{widgets})
-	_, err := app.Dispatcher.Command(ctx, alice, req("widget.spin", `{"id":"`+uuid.NewString()+`"}`))
+	_, err := app.Executor.Command(ctx, alice, req("widget.spin", `{"id":"`+uuid.NewString()+`"}`))
 	c, _ := code(t, err)
 	require.Equal(t, "internal_error", c)
 	require.Equal(t, 0, app.Count(t, "SELECT count(*) FROM kumiko_events"))

@@ -20,7 +20,7 @@ import (
 type commandContext struct {
 	ctx     context.Context
 	tx      pgx.Tx
-	d       *Dispatcher
+	d       *Executor
 	c       *Caller
 	feature string
 	// causation is the id of the event being applied, for events a
@@ -30,7 +30,7 @@ type commandContext struct {
 
 var _ feature.CommandContext = (*commandContext)(nil)
 
-func (d *Dispatcher) newCommandContext(ctx context.Context, tx pgx.Tx, c *Caller, featureName string) *commandContext {
+func (d *Executor) newCommandContext(ctx context.Context, tx pgx.Tx, c *Caller, featureName string) *commandContext {
 	return &commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: featureName}
 }
 

@@ -39,7 +39,7 @@ func TestCrudLifecycle(t *testing.T) {
 	require.NotNil(t, deleted["deletedAt"])
 	require.Nil(t, query(t, app, alice, "task.detail", fmt.Sprintf(`{"id":%q}`, id)), "a deleted task reads as null")
 
-	_, err := app.Dispatcher.Write(ctx, alice, req("task.delete", fmt.Sprintf(`{"id":%q}`, id)))
+	_, err := app.Executor.Write(ctx, alice, req("task.delete", fmt.Sprintf(`{"id":%q}`, id)))
 	c, _ := code(t, err)
 	require.Equal(t, "not_found", c, "deleting twice")
 
@@ -80,7 +80,7 @@ func TestDeleteRestoreExpectedVersion(t *testing.T) {
 	stale := func(typ string, expected, current int) {
 		t.Helper()
 		before := events(t, app)
-		_, err := app.Dispatcher.Write(ctx, alice, req(typ, idPayload(expected)))
+		_, err := app.Executor.Write(ctx, alice, req(typ, idPayload(expected)))
 		c, pe := code(t, err)
 		require.Equal(t, "version_conflict", c, typ)
 		require.Equal(t, "event_version_conflict", pe.Reason)
@@ -107,7 +107,7 @@ func TestDeleteRestoreExpectedVersion(t *testing.T) {
 	require.Equal(t, 6, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE aggregate_id = $1", id))
 
 	// Another tenant's id stays not_found, whatever the version.
-	_, err := app.Dispatcher.Write(ctx, bob, req("task.delete", idPayload(6)))
+	_, err := app.Executor.Write(ctx, bob, req("task.delete", idPayload(6)))
 	c, _ := code(t, err)
 	require.Equal(t, "not_found", c)
 }
@@ -131,7 +131,7 @@ func TestDeleteAnswersVersionAfter(t *testing.T) {
 
 	// A hard delete checks a given version too.
 	other := write(t, app, alice, "account.create", `{"name":"other"}`)["id"].(string)
-	_, err := app.Dispatcher.Write(ctx, alice, req("account.delete", fmt.Sprintf(`{"id":%q,"version":2}`, other)))
+	_, err := app.Executor.Write(ctx, alice, req("account.delete", fmt.Sprintf(`{"id":%q,"version":2}`, other)))
 	c, _ := code(t, err)
 	require.Equal(t, "version_conflict", c)
 	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM read_account WHERE id = $1", other))

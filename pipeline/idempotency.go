@@ -17,7 +17,7 @@ const CodeIdempotencyConflict = "idempotency_conflict"
 // The primary key makes a concurrent duplicate wait for the first
 // transaction and then fail, so a keyed write applies at most once however
 // the HTTP layer's record fares.
-func (d *Dispatcher) recordKey(ctx context.Context, tx pgx.Tx, c *Caller) error {
+func (d *Executor) recordKey(ctx context.Context, tx pgx.Tx, c *Caller) error {
 	if c.IdempotencyKey == "" {
 		return nil
 	}
@@ -54,7 +54,7 @@ const pruneKeysChunk = 10_000
 //
 // It deletes in chunks of 10,000 rows, each its own statement, found through
 // the index on created_at: a large backlog never holds many locks for long.
-func (d *Dispatcher) PruneIdempotencyKeys(ctx context.Context, olderThan time.Time) (int64, error) {
+func (d *Executor) PruneIdempotencyKeys(ctx context.Context, olderThan time.Time) (int64, error) {
 	table := d.qualify("kumiko_idempotency_keys")
 	sql := fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
 	SELECT ctid FROM %[1]s WHERE created_at < $1 LIMIT %[2]d))`, table, pruneKeysChunk)
@@ -73,7 +73,7 @@ func (d *Dispatcher) PruneIdempotencyKeys(ctx context.Context, olderThan time.Ti
 
 // idempotencyDDL creates the table of recorded keys and the index
 // PruneIdempotencyKeys reads.
-func (d *Dispatcher) idempotencyDDL() string {
+func (d *Executor) idempotencyDDL() string {
 	table := d.qualify("kumiko_idempotency_keys")
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
 	tenant_id    uuid        NOT NULL,

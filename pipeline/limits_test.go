@@ -39,17 +39,17 @@ SELECT $1, 'bulk', 'bulk-' || g, now() - interval '30 days' FROM generate_series
 	JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
 WHERE n.nspname = $1 AND t.relname = 'kumiko_idempotency_keys' AND a.attname = 'created_at' AND i.indnatts = 1`, app.Schema), "an index serves the prune")
 
-	n, err := app.Dispatcher.PruneIdempotencyKeys(ctx, time.Now().Add(-7*24*time.Hour))
+	n, err := app.Executor.PruneIdempotencyKeys(ctx, time.Now().Add(-7*24*time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, int64(25_002), n)
 	require.Equal(t, 1, app.Count(t, `SELECT count(*) FROM kumiko_idempotency_keys`))
 	require.Equal(t, 1, app.Count(t, `SELECT count(*) FROM kumiko_idempotency_keys WHERE key = 'recent'`))
 
-	_, err = app.Dispatcher.Write(ctx, keyed("recent"), req("task.create", `{"title":"keyed"}`))
+	_, err = app.Executor.Write(ctx, keyed("recent"), req("task.create", `{"title":"keyed"}`))
 	_, pe := code(t, err)
 	require.Equal(t, "already_applied", pe.Reason, "a kept key still refuses")
 
-	n, err = app.Dispatcher.PruneIdempotencyKeys(ctx, time.Now().Add(-7*24*time.Hour))
+	n, err = app.Executor.PruneIdempotencyKeys(ctx, time.Now().Add(-7*24*time.Hour))
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing left to prune")
 }

@@ -53,14 +53,14 @@ func row(t *testing.T, v any) map[string]any {
 
 func write(t *testing.T, app *kumikotest.App, c pipeline.Caller, typ, payload string) map[string]any {
 	t.Helper()
-	out, err := app.Dispatcher.Write(ctx, c, req(typ, payload))
+	out, err := app.Executor.Write(ctx, c, req(typ, payload))
 	require.NoError(t, err)
 	return row(t, out)
 }
 
 func query(t *testing.T, app *kumikotest.App, c pipeline.Caller, typ, payload string) any {
 	t.Helper()
-	out, err := app.Dispatcher.Query(ctx, c, req(typ, payload))
+	out, err := app.Executor.Query(ctx, c, req(typ, payload))
 	require.NoError(t, err)
 	raw, err := json.Marshal(out)
 	require.NoError(t, err)

@@ -6,7 +6,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 )
 
-// metrics are the dispatcher's Prometheus series.
+// metrics are the executor's Prometheus series.
 type metrics struct {
 	appended *prometheus.CounterVec
 	loaded   *prometheus.HistogramVec

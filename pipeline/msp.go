@@ -13,10 +13,10 @@ import (
 )
 
 // Consumers returns a consumer for every multi-stream projection of the
-// registry, to run on a consumer.Dispatcher. Each applies its events inside the
+// registry, to run on a consumer.Executor. Each applies its events inside the
 // pass transaction (a table-backed projection's rows commit with the cursor)
 // and sees them upcast, as every read does.
-func (d *Dispatcher) Consumers() []consumer.Consumer {
+func (d *Executor) Consumers() []consumer.Consumer {
 	var out []consumer.Consumer
 	for _, m := range d.reg.MSPs() {
 		table := ""
@@ -44,7 +44,7 @@ func (d *Dispatcher) Consumers() []consumer.Consumer {
 // returns how many events the apply appended. Events it appends are caused by
 // ev, inherit its correlation id, run as its user in its tenant, and must be
 // events the projection's feature may emit.
-func (d *Dispatcher) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, table string, ev eventstore.Event) (int, error) {
+func (d *Executor) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, table string, ev eventstore.Event) (int, error) {
 	apply, ok := m.Apply(ev.Type)
 	if !ok {
 		return 0, nil

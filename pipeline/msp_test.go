@@ -86,7 +86,7 @@ var crm = feature.Define("crm", func(r *feature.Registrar) {
 func TestMultiStreamProjections(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
-	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Executor.Consumers()...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 
@@ -122,7 +122,7 @@ func TestMultiStreamProjections(t *testing.T) {
 func TestMultiStreamProjectionsSeeUpcastEvents(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
-	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Executor.Consumers()...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 	n := write(t, app, alice, "note.create", `{"title":"x"}`)
@@ -142,7 +142,7 @@ func TestMultiStreamProjectionsSeeUpcastEvents(t *testing.T) {
 func TestMultiStreamProjectionsRunTenantScoped(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
-	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Executor.Consumers()...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 	a := write(t, app, alice, "contact.create", `{"name":"Ann"}`)

@@ -106,7 +106,7 @@ var gadgets = feature.Define("gadgets", func(r *feature.Registrar) {
 type isolated struct {
 	pool  *pgxpool.Pool
 	store *eventstore.Store
-	d     *pipeline.Dispatcher
+	d     *pipeline.Executor
 	logs  *logLines
 }
 

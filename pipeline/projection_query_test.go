@@ -126,7 +126,7 @@ func TestQueryProjectionCannotEscapeTheTenant(t *testing.T) {
 				if c.name == "a placeholder beyond the args" {
 					in.Args = []any{tenantB.String()}
 				}
-				out, err := app.Dispatcher.Query(ctx, alice, req("vault.find", mustJSON(t, in)))
+				out, err := app.Executor.Query(ctx, alice, req("vault.find", mustJSON(t, in)))
 				if c.refused {
 					require.ErrorContains(t, err, "projection "+source+": ")
 					return
@@ -146,7 +146,7 @@ func TestQueryProjectionCannotEscapeTheTenant(t *testing.T) {
 	}
 
 	// Values still travel as Args, and legitimate orderings work.
-	out, err := app.Dispatcher.Query(ctx, alice, req("vault.find", mustJSON(t, findSecrets{
+	out, err := app.Executor.Query(ctx, alice, req("vault.find", mustJSON(t, findSecrets{
 		Source: "secrets", Where: "body = $1 OR body = $2", Args: []any{"a-2)", "b-secret"}, OrderBy: "body DESC",
 	})))
 	require.NoError(t, err)
@@ -162,7 +162,7 @@ func TestLoadAggregateVersionPastTheColumn(t *testing.T) {
 	app := kumikotest.NewApp(t, []*feature.Feature{vault})
 	s := write(t, app, alice, "secret.create", `{"body":"x"}`)
 	for _, v := range []int{math.MaxInt32 + 1, math.MaxInt64} {
-		out, err := app.Dispatcher.Query(ctx, alice, req("vault.at", mustJSON(t, secretAt{ID: uuid.MustParse(s["id"].(string)), Version: v})))
+		out, err := app.Executor.Query(ctx, alice, req("vault.at", mustJSON(t, secretAt{ID: uuid.MustParse(s["id"].(string)), Version: v})))
 		require.NoError(t, err, v)
 		require.Equal(t, 1, out)
 	}

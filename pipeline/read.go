@@ -28,7 +28,7 @@ type ListResult struct {
 
 // detail reads one entity row of the caller's tenant, or its state at
 // in.AsOf folded from events; nil when it does not exist for the caller.
-func (d *Dispatcher) detail(ctx context.Context, c *Caller, t *entityTable, in registry.DetailInput) (any, error) {
+func (d *Executor) detail(ctx context.Context, c *Caller, t *entityTable, in registry.DetailInput) (any, error) {
 	tenant := d.tenantOf(t, c)
 	var row map[string]any
 	if in.AsOf.IsZero() {
@@ -77,7 +77,7 @@ type listPlan struct {
 	cursor []any // values of keys in the last row of the previous page
 }
 
-func (d *Dispatcher) planList(c *Caller, t *entityTable, in registry.ListInput) (*listPlan, error) {
+func (d *Executor) planList(c *Caller, t *entityTable, in registry.ListInput) (*listPlan, error) {
 	p := &listPlan{}
 	sorts := in.Sort
 	if len(sorts) == 0 {
@@ -206,7 +206,7 @@ func (p *listPlan) checkCursor(cur *listCursor) error {
 // ordered by the sort keys, nulls last, then id; a page continues strictly
 // after the cursor's row, so concurrent inserts never repeat or skip rows
 // already passed.
-func (d *Dispatcher) list(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput) (any, error) {
+func (d *Executor) list(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput) (any, error) {
 	p, err := d.planList(c, t, in)
 	if err != nil {
 		return nil, err
@@ -232,7 +232,7 @@ func (d *Dispatcher) list(ctx context.Context, c *Caller, t *entityTable, in reg
 }
 
 // listRows reads limit+1 rows from the read table.
-func (d *Dispatcher) listRows(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
+func (d *Executor) listRows(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
 	args := []any{[16]byte(d.tenantOf(t, c))}
 	arg := func(v any, typ string) string {
 		args = append(args, toText(v, typ))
@@ -311,7 +311,7 @@ var errAsOfTimeout = errors.New("as-of list timed out")
 // at most AsOfConcurrency run at once (one more is refused at once) and each
 // runs for at most AsOfTimeout (its reads are then cancelled in the
 // database); both answer unavailable, never an unbounded wait.
-func (d *Dispatcher) listAsOf(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
+func (d *Executor) listAsOf(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
 	if d.asOfSlots != nil {
 		select {
 		case d.asOfSlots <- struct{}{}:

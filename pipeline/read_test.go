@@ -189,7 +189,7 @@ func rdAt(ts time.Time) string { return ts.UTC().Format(time.RFC3339Nano) }
 // dispatcher answers nil (a missing, deleted or foreign row: {"data":null}).
 func rdDetail(t *testing.T, app *kumikotest.App, c pipeline.Caller, entity, payload string) map[string]any {
 	t.Helper()
-	out, err := app.Dispatcher.Query(ctx, c, req(entity+".detail", payload))
+	out, err := app.Executor.Query(ctx, c, req(entity+".detail", payload))
 	require.NoError(t, err)
 	if out == nil {
 		return nil
@@ -202,7 +202,7 @@ func rdDetail(t *testing.T, app *kumikotest.App, c pipeline.Caller, entity, payl
 // rdQueryErr runs a query that must fail and returns its error.
 func rdQueryErr(t *testing.T, app *kumikotest.App, c pipeline.Caller, typ, payload string) *pipeline.Error {
 	t.Helper()
-	out, err := app.Dispatcher.Query(ctx, c, req(typ, payload))
+	out, err := app.Executor.Query(ctx, c, req(typ, payload))
 	require.Error(t, err, "answered %#v", out)
 	_, pe := code(t, err)
 	return pe
@@ -211,7 +211,7 @@ func rdQueryErr(t *testing.T, app *kumikotest.App, c pipeline.Caller, typ, paylo
 // rdWriteErr runs a write that must fail and returns its error.
 func rdWriteErr(t *testing.T, app *kumikotest.App, c pipeline.Caller, typ, payload string) *pipeline.Error {
 	t.Helper()
-	out, err := app.Dispatcher.Write(ctx, c, req(typ, payload))
+	out, err := app.Executor.Write(ctx, c, req(typ, payload))
 	require.Error(t, err, "answered %#v", out)
 	_, pe := code(t, err)
 	return pe
@@ -672,7 +672,7 @@ func TestReadTenantIsolationOfReads(t *testing.T) {
 	// A cursor from alice's list does not open alice's rows to bob.
 	page := rdList(t, app, alice, "task", map[string]any{"limit": 1})
 	require.NotEmpty(t, page.next)
-	out, err := app.Dispatcher.Query(ctx, bob, req("task.list", rdJSON(t, map[string]any{"limit": 10, "cursor": page.next})))
+	out, err := app.Executor.Query(ctx, bob, req("task.list", rdJSON(t, map[string]any{"limit": 10, "cursor": page.next})))
 	if err == nil {
 		for _, r := range row(t, out)["rows"].([]any) {
 			require.Contains(t, bobIDs, r.(map[string]any)["id"])
@@ -712,12 +712,12 @@ func TestReadTenantIsolationOfWrites(t *testing.T) {
 	}
 
 	// The command path refuses too.
-	_, err := app.Dispatcher.Command(ctx, bob, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, x)))
+	_, err := app.Executor.Command(ctx, bob, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, x)))
 	c, pe := code(t, err)
 	require.Equal(t, pipeline.CodeNotFound, c, "%v", pe)
 
 	// So does a batch, naming the failing request.
-	_, err = app.Dispatcher.Batch(ctx, bob, []pipeline.Request{
+	_, err = app.Executor.Batch(ctx, bob, []pipeline.Request{
 		req("task.create", `{"title":"bob's second"}`),
 		req("task.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"stolen"}}`, x)),
 	})
@@ -726,7 +726,7 @@ func TestReadTenantIsolationOfWrites(t *testing.T) {
 	require.Equal(t, 1, pe.Details["failedIndex"])
 
 	// Claiming alice's id on create cannot take over her stream.
-	_, err = app.Dispatcher.Write(ctx, bob, req("task.create", fmt.Sprintf(`{"id":%q,"title":"mine now"}`, x)))
+	_, err = app.Executor.Write(ctx, bob, req("task.create", fmt.Sprintf(`{"id":%q,"title":"mine now"}`, x)))
 	_, pe = code(t, err)
 	require.NotContains(t, pe.Details, "currentVersion", "the stream's version is not disclosed")
 
@@ -744,7 +744,7 @@ func TestReadStatsAreTenantScoped(t *testing.T) {
 		write(t, app, alice, "task.create", fmt.Sprintf(`{"title":"a%d"}`, i))
 	}
 	first := rdList(t, app, alice, "task", map[string]any{"limit": 1}).rows[0]
-	_, err := app.Dispatcher.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, first["id"])))
+	_, err := app.Executor.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, first["id"])))
 	require.NoError(t, err)
 	bobTask := write(t, app, bob, "task.create", `{"title":"b"}`)
 	carol := kumikotest.User(uuid.MustParse("0190c000-0000-7000-8000-00000000000c"), "carol", "User")
@@ -1091,7 +1091,7 @@ func TestReadFieldWriteAccess(t *testing.T) {
 	require.Equal(t, "standard", d["tier"])
 
 	// A batch with such a write fails as a whole and names it.
-	_, err := app.Dispatcher.Batch(ctx, alice, []pipeline.Request{
+	_, err := app.Executor.Batch(ctx, alice, []pipeline.Request{
 		req("account.create", `{"name":"ok"}`),
 		req("account.create", `{"name":"not ok","tier":"gold"}`),
 	})
@@ -1119,7 +1119,7 @@ func TestReadTaskStats(t *testing.T) {
 	for i := range 3 {
 		ids = append(ids, write(t, app, alice, "task.create", fmt.Sprintf(`{"title":"s%d"}`, i))["id"].(string))
 	}
-	out, err := app.Dispatcher.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, ids[1])))
+	out, err := app.Executor.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, ids[1])))
 	require.NoError(t, err)
 	res := row(t, out)
 	require.Equal(t, ids[1], res["id"])
@@ -1155,21 +1155,21 @@ FROM kumiko_events WHERE tenant_id = $1 GROUP BY 1 ORDER BY 1 DESC`, tenantA)
 	}
 
 	// Refused completions count nothing.
-	_, err = app.Dispatcher.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":3}`, ids[1])))
+	_, err = app.Executor.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":3}`, ids[1])))
 	c, pe := code(t, err)
 	require.Equal(t, pipeline.CodeUnprocessable, c)
 	require.Equal(t, "already_done", pe.Reason)
-	_, err = app.Dispatcher.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":2}`, ids[0])))
+	_, err = app.Executor.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":2}`, ids[0])))
 	c, _ = code(t, err)
 	require.Equal(t, pipeline.CodeVersionConflict, c)
 	require.Equal(t, got, query(t, app, alice, "task.stats", `{}`))
 
 	// task.stats is a query: it is not reachable as a command, nor the
 	// reverse.
-	_, err = app.Dispatcher.Command(ctx, alice, req("task.stats", `{}`))
+	_, err = app.Executor.Command(ctx, alice, req("task.stats", `{}`))
 	c, _ = code(t, err)
 	require.Equal(t, pipeline.CodeNotFound, c)
-	_, err = app.Dispatcher.Query(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, ids[2])))
+	_, err = app.Executor.Query(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, ids[2])))
 	c, _ = code(t, err)
 	require.Equal(t, pipeline.CodeNotFound, c)
 }

@@ -112,7 +112,7 @@ type rebuildTarget struct {
 	proj   *registry.Projection
 }
 
-func (d *Dispatcher) rebuildTarget(name string) (rebuildTarget, error) {
+func (d *Executor) rebuildTarget(name string) (rebuildTarget, error) {
 	if p, ok := d.reg.Projection(name); ok {
 		var types []string
 		for _, typ := range p.Events() {
@@ -159,7 +159,7 @@ func (t rebuildTarget) eventFilter() (string, []any) {
 
 // rebuild is one running RebuildProjection.
 type rebuild struct {
-	d      *Dispatcher
+	d      *Executor
 	conn   *pgx.Conn
 	t      rebuildTarget
 	opts   RebuildOptions
@@ -179,7 +179,7 @@ type rebuild struct {
 // dropped, the live table is untouched and the status is "failed". See the
 // "Rebuilds" section of docs/dispatcher.md for why no event is lost or
 // applied twice.
-func (d *Dispatcher) RebuildProjection(ctx context.Context, name string, opts RebuildOptions) (RebuildResult, error) {
+func (d *Executor) RebuildProjection(ctx context.Context, name string, opts RebuildOptions) (RebuildResult, error) {
 	t, err := d.rebuildTarget(name)
 	if err != nil {
 		return RebuildResult{}, err
@@ -572,7 +572,7 @@ ON CONFLICT (name) DO UPDATE SET status = 'failed', last_error = EXCLUDED.last_e
 
 // ProjectionStatuses reports every inline projection and table-backed
 // multi-stream projection, in registry order.
-func (d *Dispatcher) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, error) {
+func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, error) {
 	var targets []rebuildTarget
 	for _, p := range d.reg.Projections() {
 		t, _ := d.rebuildTarget(p.Name())

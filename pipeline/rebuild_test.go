@@ -42,7 +42,7 @@ func monthRows(t *testing.T, app *kumikotest.App, fromEvents bool) []string {
 
 func status(t *testing.T, app *kumikotest.App, name string) pipeline.ProjectionStatus {
 	t.Helper()
-	sts, err := app.Dispatcher.ProjectionStatuses(ctx)
+	sts, err := app.Executor.ProjectionStatuses(ctx)
 	require.NoError(t, err)
 	for _, s := range sts {
 		if s.Name == name {
@@ -67,7 +67,7 @@ func TestRebuildProjectionUnderLoad(t *testing.T) {
 		}
 		task := write(t, app, c, "task.create", fmt.Sprintf(`{"title":"seed %d"}`, i))
 		if i%4 == 0 {
-			_, err := app.Dispatcher.Command(ctx, c, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, task["id"])))
+			_, err := app.Executor.Command(ctx, c, req("task.complete", fmt.Sprintf(`{"id":%q,"version":1}`, task["id"])))
 			require.NoError(t, err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestRebuildProjectionUnderLoad(t *testing.T) {
 				c = bob
 			}
 			for i := 0; !stop.Load(); i++ {
-				if _, err := app.Dispatcher.Write(ctx, c, req("task.create", fmt.Sprintf(`{"title":"w%d-%d"}`, w, i))); err != nil {
+				if _, err := app.Executor.Write(ctx, c, req("task.create", fmt.Sprintf(`{"title":"w%d-%d"}`, w, i))); err != nil {
 					fail(fmt.Errorf("write: %w", err))
 					return
 				}
@@ -108,7 +108,7 @@ func TestRebuildProjectionUnderLoad(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for !stop.Load() {
-			if _, err := app.Dispatcher.Query(ctx, alice, req("task.stats", `{}`)); err != nil {
+			if _, err := app.Executor.Query(ctx, alice, req("task.stats", `{}`)); err != nil {
 				fail(fmt.Errorf("read: %w", err))
 				return
 			}
@@ -117,7 +117,7 @@ func TestRebuildProjectionUnderLoad(t *testing.T) {
 	}()
 
 	var seen []string
-	res, err := app.Dispatcher.RebuildProjection(ctx, "tasks_by_month", pipeline.RebuildOptions{
+	res, err := app.Executor.RebuildProjection(ctx, "tasks_by_month", pipeline.RebuildOptions{
 		BatchSize: 25,
 		Progress: func(done, total int64) {
 			if len(seen) < 3 {
@@ -154,10 +154,10 @@ func TestRebuildProjectionUnderLoad(t *testing.T) {
 
 	// A second rebuild, with the writers stopped, gives the same rows, and
 	// EnsureSchema still finds the table as it expects it.
-	_, err = app.Dispatcher.RebuildProjection(ctx, "tasks_by_month", pipeline.RebuildOptions{})
+	_, err = app.Executor.RebuildProjection(ctx, "tasks_by_month", pipeline.RebuildOptions{})
 	require.NoError(t, err)
 	require.Equal(t, monthRows(t, app, true), monthRows(t, app, false))
-	require.NoError(t, app.Dispatcher.EnsureSchema(ctx))
+	require.NoError(t, app.Executor.EnsureSchema(ctx))
 	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'tasks_by_month'"))
 }
 
@@ -177,7 +177,7 @@ func TestRebuildProjectionFailureAndQuarantine(t *testing.T) {
 	var bad int64
 	require.NoError(t, app.Pool.QueryRow(ctx, "SELECT max(id) FROM kumiko_events").Scan(&bad))
 
-	_, err := app.Dispatcher.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{})
+	_, err := app.Executor.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{})
 	require.ErrorIs(t, err, errApply)
 	require.Equal(t, 2, app.Count(t, "SELECT count(*) FROM note_titles WHERE title LIKE '%!'"), "the live table is untouched")
 	require.Zero(t, app.Count(t, "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relname = 'note_titles__rebuild'"))
@@ -187,7 +187,7 @@ func TestRebuildProjectionFailureAndQuarantine(t *testing.T) {
 	require.Contains(t, st.LastError, fmt.Sprintf("event %d", bad), "the failure names its event")
 	require.Nil(t, st.LastRebuildAt)
 
-	res, err := app.Dispatcher.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{Quarantine: true})
+	res, err := app.Executor.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{Quarantine: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, res.Applied)
 	require.EqualValues(t, 1, res.Quarantined)
@@ -197,7 +197,7 @@ func TestRebuildProjectionFailureAndQuarantine(t *testing.T) {
 	require.Equal(t, pipeline.ProjectionReady, st.Status)
 	require.Empty(t, st.LastError)
 
-	_, err = app.Dispatcher.RebuildProjection(ctx, "no-such", pipeline.RebuildOptions{})
+	_, err = app.Executor.RebuildProjection(ctx, "no-such", pipeline.RebuildOptions{})
 	require.ErrorIs(t, err, pipeline.ErrNoProjection)
 }
 
@@ -206,7 +206,7 @@ func TestRebuildProjectionFailureAndQuarantine(t *testing.T) {
 func TestRebuildProjectionMSP(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{crm, notes})
-	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Dispatcher.Consumers()...)
+	e, err := consumer.New(app.Store, consumer.Config{InstanceID: "p1"}, app.Executor.Consumers()...)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(ctx))
 	write(t, app, alice, "contact.create", `{"name":"Ann"}`)
@@ -216,7 +216,7 @@ func TestRebuildProjectionMSP(t *testing.T) {
 	app.Exec(t, "UPDATE contact_counts SET n = 99")
 	write(t, app, bob, "contact.create", `{"name":"Bea"}`) // not yet delivered
 
-	res, err := app.Dispatcher.RebuildProjection(ctx, "contact-counter", pipeline.RebuildOptions{})
+	res, err := app.Executor.RebuildProjection(ctx, "contact-counter", pipeline.RebuildOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 4, res.Applied)
 	require.Equal(t, 2, app.Count(t, "SELECT n FROM contact_counts WHERE tenant_id = $1", tenantA))
@@ -233,7 +233,7 @@ func TestRebuildProjectionMSP(t *testing.T) {
 	require.Zero(t, st.Lag)
 
 	// A consumer without a table is no projection to rebuild.
-	_, err = app.Dispatcher.RebuildProjection(ctx, "welcomer", pipeline.RebuildOptions{})
+	_, err = app.Executor.RebuildProjection(ctx, "welcomer", pipeline.RebuildOptions{})
 	require.ErrorIs(t, err, pipeline.ErrNoProjection)
 }
 
@@ -251,7 +251,7 @@ func TestRebuildNamesAFailingStatement(t *testing.T) {
 	var dup int64
 	require.NoError(t, app.Pool.QueryRow(ctx, "SELECT max(id) FROM kumiko_events").Scan(&dup))
 
-	_, err := app.Dispatcher.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{})
+	_, err := app.Executor.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{})
 	require.ErrorContains(t, err, fmt.Sprintf("event %d", dup))
 	require.ErrorContains(t, err, "23505")
 	require.Equal(t, pipeline.ProjectionFailed, status(t, app, "note_titles").Status)

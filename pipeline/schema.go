@@ -15,7 +15,7 @@ import (
 // the table of recorded idempotency keys. It runs in
 // one transaction under an advisory lock, so N processes may boot at once.
 // Columns are never dropped or retyped: that is a projection rebuild.
-func (d *Dispatcher) EnsureSchema(ctx context.Context) error {
+func (d *Executor) EnsureSchema(ctx context.Context) error {
 	var tables []feature.TableDef
 	for _, e := range d.reg.Entities() {
 		tables = append(tables, e.Table())
@@ -51,7 +51,7 @@ func (d *Dispatcher) EnsureSchema(ctx context.Context) error {
 }
 
 // tableDDL is the idempotent DDL of a read table.
-func (d *Dispatcher) tableDDL(t feature.TableDef) []string {
+func (d *Executor) tableDDL(t feature.TableDef) []string {
 	name := d.qualify(t.Name)
 	var cols []string
 	for _, c := range t.Columns {
@@ -94,6 +94,6 @@ func idents(names []string) string {
 	return strings.Join(out, ", ")
 }
 
-func (d *Dispatcher) qualify(table string) string {
+func (d *Executor) qualify(table string) string {
 	return pgx.Identifier{d.schema, table}.Sanitize()
 }

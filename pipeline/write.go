@@ -18,7 +18,7 @@ import (
 
 // crud executes a generated CRUD write: one event on the entity's stream,
 // applied to its read row and inline projections in the same transaction.
-func (d *Dispatcher) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (any, error) {
+func (d *Executor) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (any, error) {
 	t := d.entities[h.Entity]
 	stream := eventstore.Stream{TenantID: d.tenantOf(t, c), AggregateType: h.Entity}
 	var (
@@ -89,7 +89,7 @@ func (t *entityTable) lockRow(ctx context.Context, tx pgx.Tx, id, tenant uuid.UU
 // appendSpec validates an event a handler or consumer appends and writes it:
 // the event must be one featureName may emit and its payload must pass the
 // event's validation; otherwise nothing is written.
-func (d *Dispatcher) appendSpec(ctx context.Context, tx pgx.Tx, c *Caller, tenant uuid.UUID, featureName string, spec feature.AppendSpec, causation string) (eventstore.Event, error) {
+func (d *Executor) appendSpec(ctx context.Context, tx pgx.Tx, c *Caller, tenant uuid.UUID, featureName string, spec feature.AppendSpec, causation string) (eventstore.Event, error) {
 	et, ok := d.reg.Event(spec.Type)
 	switch {
 	case !ok:
@@ -130,7 +130,7 @@ func (d *Dispatcher) appendSpec(ctx context.Context, tx pgx.Tx, c *Caller, tenan
 
 // appendValid appends one validated event and projects it; it returns the
 // stored event and, for entity streams, the entity's row afterwards.
-func (d *Dispatcher) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string, headers map[string]string) (eventstore.Event, map[string]any, error) {
+func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string, headers map[string]string) (eventstore.Event, map[string]any, error) {
 	et, _ := d.reg.Event(typ)
 	if len(headers) > 0 {
 		merged := maps.Clone(c.Headers)
@@ -161,7 +161,7 @@ func (d *Dispatcher) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stre
 // project applies a freshly appended event inside its transaction: to the
 // entity's read row (and an automatic snapshot every SnapshotEvery events),
 // then to every inline projection fed by the stream's aggregate type.
-func (d *Dispatcher) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event) (map[string]any, error) {
+func (d *Executor) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event) (map[string]any, error) {
 	var row map[string]any
 	if t, ok := d.entities[ev.AggregateType]; ok {
 		var err error
@@ -191,7 +191,7 @@ func (d *Dispatcher) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event
 // in its own transaction; it returns the snapshot's version. Loads then
 // start from it. A missing, foreign or deleted entity answers
 // aggregate_not_found.
-func (d *Dispatcher) SnapshotEntity(ctx context.Context, tenant uuid.UUID, entity string, id uuid.UUID) (int, error) {
+func (d *Executor) SnapshotEntity(ctx context.Context, tenant uuid.UUID, entity string, id uuid.UUID) (int, error) {
 	t, ok := d.entities[entity]
 	if !ok {
 		return 0, notFoundf("handler_not_found", "%s is not an entity", entity)
@@ -219,7 +219,7 @@ func (d *Dispatcher) SnapshotEntity(ctx context.Context, tenant uuid.UUID, entit
 
 // snapshotEntity folds the stream (from its newest snapshot) and stores the
 // state as a snapshot at the head.
-func (d *Dispatcher) snapshotEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) error {
+func (d *Executor) snapshotEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) error {
 	state, version, err := d.loadEntity(ctx, tx, t, tenant, id)
 	if err != nil || state == nil {
 		return err
@@ -236,7 +236,7 @@ func (d *Dispatcher) snapshotEntity(ctx context.Context, tx pgx.Tx, t *entityTab
 
 // loadEntity folds an entity stream from its newest snapshot of the current
 // generation plus the events after it; the result equals the full fold.
-func (d *Dispatcher) loadEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) (map[string]any, int, error) {
+func (d *Executor) loadEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) (map[string]any, int, error) {
 	snap, evs, err := d.store.LoadWithSnapshotTx(ctx, tx, tenant, id, t.e.SnapshotVersion(), eventstore.LoadOptions{})
 	if err != nil {
 		return nil, 0, err

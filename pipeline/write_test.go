@@ -147,17 +147,17 @@ func TestEventAndRowsCommitTogether(t *testing.T) {
 		"projection fails before its write":    `{"title":"boom-before"}`,
 		"projection fails after its write":     `{"title":"boom-after"}`,
 	} {
-		_, err := app.Dispatcher.Write(ctx, alice, req("note.create", payload))
+		_, err := app.Executor.Write(ctx, alice, req("note.create", payload))
 		require.Error(t, err, name)
 		require.Equal(t, before, counts(), name)
 	}
-	_, err := app.Dispatcher.Write(ctx, alice, req("note.create", `{"title":"dup","code":"A-1"}`))
+	_, err := app.Executor.Write(ctx, alice, req("note.create", `{"title":"dup","code":"A-1"}`))
 	c, _ := code(t, err)
 	require.Equal(t, "unique_violation", c)
 
 	// In a batch: the first command succeeds on its own, the second fails;
 	// neither is kept.
-	_, err = app.Dispatcher.Batch(ctx, alice, []pipeline.Request{
+	_, err = app.Executor.Batch(ctx, alice, []pipeline.Request{
 		req("note.create", `{"title":"fine"}`),
 		req("task.create", `{"title":"also fine"}`),
 		req("note.create", `{"title":"boom-after"}`),
@@ -168,7 +168,7 @@ func TestEventAndRowsCommitTogether(t *testing.T) {
 	require.Equal(t, 0, app.Count(t, "SELECT count(*) FROM read_task"))
 
 	// A batch that passes commits everything.
-	out, err := app.Dispatcher.Batch(ctx, alice, []pipeline.Request{
+	out, err := app.Executor.Batch(ctx, alice, []pipeline.Request{
 		req("note.create", `{"title":"one"}`),
 		req("task.create", `{"title":"two"}`),
 	})
@@ -180,17 +180,17 @@ func TestEventAndRowsCommitTogether(t *testing.T) {
 func TestBatchGatesEveryRequestFirst(t *testing.T) {
 	t.Parallel()
 	app := newNotes(t)
-	_, err := app.Dispatcher.Batch(ctx, alice, []pipeline.Request{
+	_, err := app.Executor.Batch(ctx, alice, []pipeline.Request{
 		req("note.create", `{"title":"ok"}`),
 		req("note.create", `{"title":""}`),
 	})
 	c, pe := code(t, err)
 	require.Equal(t, "validation_error", c)
 	require.Equal(t, 1, pe.Details["failedIndex"])
-	_, err = app.Dispatcher.Batch(ctx, alice, nil)
+	_, err = app.Executor.Batch(ctx, alice, nil)
 	c, _ = code(t, err)
 	require.Equal(t, "validation_error", c)
-	_, err = app.Dispatcher.Batch(ctx, alice, []pipeline.Request{req("note.list", `{}`)})
+	_, err = app.Executor.Batch(ctx, alice, []pipeline.Request{req("note.list", `{}`)})
 	c, pe = code(t, err)
 	require.Equal(t, "not_found", c, "a query is not a batch command")
 	require.Equal(t, 0, pe.Details["failedIndex"])
@@ -207,7 +207,7 @@ func TestEmitSiteRefusals(t *testing.T) {
 	before := events(t, app)
 
 	for _, typ := range []string{"note.never_defined", "task.completed"} {
-		_, err := app.Dispatcher.Command(ctx, alice, req("note.emit", fmt.Sprintf(`{"id":%q,"type":%q}`, n["id"], typ)))
+		_, err := app.Executor.Command(ctx, alice, req("note.emit", fmt.Sprintf(`{"id":%q,"type":%q}`, n["id"], typ)))
 		c, pe := code(t, err)
 		require.Equal(t, "internal_error", c, typ)
 		require.Contains(t, []string{"unknown_event", "foreign_event"}, pe.Reason, typ)
@@ -215,7 +215,7 @@ func TestEmitSiteRefusals(t *testing.T) {
 	}
 
 	// note.flagged requires a reason.
-	_, err := app.Dispatcher.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":""}`, n["id"])))
+	_, err := app.Executor.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":""}`, n["id"])))
 	c, pe := code(t, err)
 	require.Equal(t, "validation_error", c)
 	require.Equal(t, "reason", pe.Fields[0].Path)
@@ -228,7 +228,7 @@ func TestEmitSiteRefusals(t *testing.T) {
 		`{"code":"no title"}`:            "title",
 		`{"title":"ok","id":"not-uuid"}`: "id",
 	} {
-		_, err := app.Dispatcher.Write(ctx, alice, req("note.create", payload))
+		_, err := app.Executor.Write(ctx, alice, req("note.create", payload))
 		c, pe := code(t, err)
 		require.Equal(t, "validation_error", c, payload)
 		require.Equal(t, path, pe.Fields[0].Path, payload)
@@ -255,7 +255,7 @@ func TestGateOrder(t *testing.T) {
 		{alice, req("note.create", `{"title":1}`), "validation_error", "validation_error"},
 	}
 	for _, tc := range cases {
-		_, err := app.Dispatcher.Write(ctx, tc.caller, tc.req)
+		_, err := app.Executor.Write(ctx, tc.caller, tc.req)
 		c, pe := code(t, err)
 		require.Equal(t, tc.code, c, tc.req.Type)
 		require.Equal(t, tc.reason, pe.Reason, tc.req.Type)
@@ -269,13 +269,13 @@ func TestDomainEventBumpsVersion(t *testing.T) {
 	t.Parallel()
 	app := newNotes(t)
 	n := write(t, app, alice, "note.create", `{"title":"x"}`)
-	out, err := app.Dispatcher.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":"spam"}`, n["id"])))
+	out, err := app.Executor.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":"spam"}`, n["id"])))
 	require.NoError(t, err)
 	require.Equal(t, 2, out)
 	require.Equal(t, float64(2), row(t, query(t, app, alice, "note.detail", fmt.Sprintf(`{"id":%q}`, n["id"])))["version"],
 		"the read row carries the stream version")
 
-	_, err = app.Dispatcher.Write(ctx, alice, req("note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"])))
+	_, err = app.Executor.Write(ctx, alice, req("note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"])))
 	c, pe := code(t, err)
 	require.Equal(t, "version_conflict", c)
 	require.Equal(t, "event_version_conflict", pe.Reason)
@@ -287,7 +287,7 @@ func TestDomainEventBumpsVersion(t *testing.T) {
 
 	// FetchForWriting refuses a stale command before it writes anything.
 	before := events(t, app)
-	_, err = app.Dispatcher.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":2,"reason":"late"}`, n["id"])))
+	_, err = app.Executor.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":2,"reason":"late"}`, n["id"])))
 	c, _ = code(t, err)
 	require.Equal(t, "version_conflict", c)
 	require.Equal(t, before, events(t, app))
@@ -309,7 +309,7 @@ func TestConcurrentUpdatesOneWins(t *testing.T) {
 	for range writers {
 		wg.Go(func() {
 			<-start
-			_, err := app.Dispatcher.Write(ctx, alice, req("note.update", payload))
+			_, err := app.Executor.Write(ctx, alice, req("note.update", payload))
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -334,7 +334,7 @@ func TestTryAppendEventKeepsTheTransaction(t *testing.T) {
 	t.Parallel()
 	app := newNotes(t)
 	n := write(t, app, alice, "note.create", `{"title":"x"}`)
-	out, err := app.Dispatcher.Command(ctx, alice, req("note.try_flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":"r"}`, n["id"])))
+	out, err := app.Executor.Command(ctx, alice, req("note.try_flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":"r"}`, n["id"])))
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, false}, out)
 	require.Equal(t, 2, events(t, app), "the first append committed after the second lost")
@@ -368,7 +368,7 @@ func TestUpcastOnLoadQueryAndDetail(t *testing.T) {
 	require.Equal(t, float64(2), asOf["version"])
 
 	// A command appending to the old stream works on the upcast state.
-	_, err := app.Dispatcher.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":2,"reason":"again"}`, id)))
+	_, err := app.Executor.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":2,"reason":"again"}`, id)))
 	require.NoError(t, err)
 
 	require.Equal(t, `{"why": "spam"}`, queryString(t, app, "SELECT payload::text FROM kumiko_events WHERE aggregate_id = $1 AND version = 2", id))
@@ -403,21 +403,21 @@ func TestArchiveThroughCommands(t *testing.T) {
 	n := write(t, app, alice, "note.create", `{"title":"x"}`)
 	id := fmt.Sprintf(`{"id":%q}`, n["id"])
 
-	_, err := app.Dispatcher.Command(ctx, bob, req("note.archive", id))
+	_, err := app.Executor.Command(ctx, bob, req("note.archive", id))
 	c, _ := code(t, err)
 	require.Equal(t, "not_found", c, "another tenant cannot archive it")
 
-	archived, err := app.Dispatcher.Command(ctx, alice, req("note.archive", id))
+	archived, err := app.Executor.Command(ctx, alice, req("note.archive", id))
 	require.NoError(t, err)
 	require.Equal(t, true, archived)
-	_, err = app.Dispatcher.Write(ctx, alice, req("note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"])))
+	_, err = app.Executor.Write(ctx, alice, req("note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"])))
 	c, _ = code(t, err)
 	require.Equal(t, "stream_archived", c)
-	_, err = app.Dispatcher.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":"r"}`, n["id"])))
+	_, err = app.Executor.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":"r"}`, n["id"])))
 	c, _ = code(t, err)
 	require.Equal(t, "stream_archived", c, "FetchForWriting tells archived from missing")
 
-	restored, err := app.Dispatcher.Command(ctx, alice, req("note.unarchive", id))
+	restored, err := app.Executor.Command(ctx, alice, req("note.unarchive", id))
 	require.NoError(t, err)
 	require.Equal(t, false, restored)
 	up := write(t, app, alice, "note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"]))
@@ -435,7 +435,7 @@ func TestQueryProjectionIsTenantFiltered(t *testing.T) {
 		if caller == "bob" {
 			c = bob
 		}
-		out, err := app.Dispatcher.Query(ctx, c, req("note.titles", `{}`))
+		out, err := app.Executor.Query(ctx, c, req("note.titles", `{}`))
 		require.NoError(t, err)
 		require.Equal(t, want, out, caller)
 	}
@@ -453,14 +453,14 @@ func TestIdempotencyKeyBackstop(t *testing.T) {
 	}
 	write(t, app, keyed(alice, "k-1", "h-1"), "note.create", `{"title":"once"}`)
 
-	_, err := app.Dispatcher.Write(ctx, keyed(alice, "k-1", "h-1"), req("note.create", `{"title":"once"}`))
+	_, err := app.Executor.Write(ctx, keyed(alice, "k-1", "h-1"), req("note.create", `{"title":"once"}`))
 	c, pe := code(t, err)
 	require.Equal(t, "idempotency_conflict", c)
 	require.Equal(t, "already_applied", pe.Reason)
-	_, err = app.Dispatcher.Write(ctx, keyed(alice, "k-1", "h-2"), req("note.create", `{"title":"other"}`))
+	_, err = app.Executor.Write(ctx, keyed(alice, "k-1", "h-2"), req("note.create", `{"title":"other"}`))
 	_, pe = code(t, err)
 	require.Equal(t, "key_reused", pe.Reason)
-	_, err = app.Dispatcher.Batch(ctx, keyed(alice, "k-1", "h-1"), []pipeline.Request{req("note.create", `{"title":"once"}`)})
+	_, err = app.Executor.Batch(ctx, keyed(alice, "k-1", "h-1"), []pipeline.Request{req("note.create", `{"title":"once"}`)})
 	_, pe = code(t, err)
 	require.Equal(t, "already_applied", pe.Reason, "batches are keyed too")
 	require.Equal(t, 1, events(t, app))
@@ -480,7 +480,7 @@ func TestIdempotencyKeyBackstop(t *testing.T) {
 	for range dupes {
 		wg.Go(func() {
 			<-start
-			_, err := app.Dispatcher.Write(ctx, keyed(alice, "k-2", "h"), req("note.create", `{"title":"race"}`))
+			_, err := app.Executor.Write(ctx, keyed(alice, "k-2", "h"), req("note.create", `{"title":"race"}`))
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -506,15 +506,15 @@ func TestSnapshotEntity(t *testing.T) {
 	write(t, app, alice, "note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"]))
 	id := uuid.MustParse(n["id"].(string))
 
-	v, err := app.Dispatcher.SnapshotEntity(ctx, tenantA, "note", id)
+	v, err := app.Executor.SnapshotEntity(ctx, tenantA, "note", id)
 	require.NoError(t, err)
 	require.Equal(t, 2, v)
 	require.Equal(t, "y", queryString(t, app, "SELECT state->>'title' FROM kumiko_snapshots WHERE aggregate_id = $1 AND version = 2", id))
 
-	_, err = app.Dispatcher.SnapshotEntity(ctx, tenantB, "note", id)
+	_, err = app.Executor.SnapshotEntity(ctx, tenantB, "note", id)
 	c, _ := code(t, err)
 	require.Equal(t, "not_found", c, "another tenant's entity")
-	_, err = app.Dispatcher.SnapshotEntity(ctx, tenantA, "nope", id)
+	_, err = app.Executor.SnapshotEntity(ctx, tenantA, "nope", id)
 	c, _ = code(t, err)
 	require.Equal(t, "not_found", c)
 }

@@ -68,7 +68,7 @@ func (b *bench) pipelineRows(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	defer dropSchemas(b.pool, fwStore, fwSchema, rawSchema) // rawStore never appends: nothing to wait for
-	var d *pipeline.Dispatcher
+	var d *pipeline.Executor
 	for _, s := range []*eventstore.Store{fwStore, rawStore} {
 		if _, err := s.Migrate(ctx); err != nil {
 			return nil, err

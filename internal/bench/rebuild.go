@@ -202,7 +202,7 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 
 // checkCounts verifies that the rebuilt projection and the raw table both
 // hold one count per tenant adding up to rebuildEvents.
-func checkCounts(ctx context.Context, b *bench, d *pipeline.Dispatcher, schema, rawTable string) error {
+func checkCounts(ctx context.Context, b *bench, d *pipeline.Executor, schema, rawTable string) error {
 	for _, table := range []string{pgx.Identifier{schema, rebuildProj}.Sanitize(), rawTable} {
 		var tenants, sum int64
 		if err := b.pool.QueryRow(ctx, `SELECT count(*), COALESCE(sum(created), 0) FROM `+table).Scan(&tenants, &sum); err != nil {

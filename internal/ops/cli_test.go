@@ -98,12 +98,12 @@ func seedTasks(t *testing.T) seeded {
 	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature})
 	tenant := uuid.New()
 	caller := kumikotest.User(tenant, "alice", "User")
-	res, err := app.Dispatcher.Write(ctx, caller, pipeline.Request{Type: "task.create", Payload: json.RawMessage(`{"title":"Write the CLI"}`)})
+	res, err := app.Executor.Write(ctx, caller, pipeline.Request{Type: "task.create", Payload: json.RawMessage(`{"title":"Write the CLI"}`)})
 	require.NoError(t, err)
 	b, _ := json.Marshal(res)
 	var row struct{ ID uuid.UUID }
 	require.NoError(t, json.Unmarshal(b, &row))
-	_, err = app.Dispatcher.Write(ctx, caller, pipeline.Request{Type: "task.update",
+	_, err = app.Executor.Write(ctx, caller, pipeline.Request{Type: "task.update",
 		Payload: json.RawMessage(`{"id":"` + row.ID.String() + `","version":1,"changes":{"priority":"high","title":"Ship the CLI"}}`)})
 	require.NoError(t, err)
 	_, err = app.Store.Append(ctx, eventstore.Stream{TenantID: tenant, AggregateType: "task", AggregateID: row.ID}, 2,
@@ -303,7 +303,7 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		tick := time.NewTicker(500 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			_, err := s.app.Dispatcher.Write(ctx, caller, pipeline.Request{Type: "task.create", Payload: json.RawMessage(`{"title":"followed"}`)})
+			_, err := s.app.Executor.Write(ctx, caller, pipeline.Request{Type: "task.create", Payload: json.RawMessage(`{"title":"followed"}`)})
 			require.NoError(t, err)
 			select {
 			case l, open := <-lines:
@@ -319,7 +319,7 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 				_, err = s.app.Store.AppendTx(ctx, held, eventstore.Stream{TenantID: s.tenant, AggregateType: "task"}, 0,
 					eventstore.NewEvent{Type: "task.created", Payload: map[string]any{"title": "late"}})
 				require.NoError(t, err)
-				_, err = s.app.Dispatcher.Write(ctx, caller, pipeline.Request{Type: "task.create", Payload: json.RawMessage(`{"title":"after"}`)})
+				_, err = s.app.Executor.Write(ctx, caller, pipeline.Request{Type: "task.create", Payload: json.RawMessage(`{"title":"after"}`)})
 				require.NoError(t, err)
 				require.NoError(t, held.Commit(ctx))
 				var got []string

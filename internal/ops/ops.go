@@ -72,13 +72,13 @@ type ops struct {
 }
 
 // conn is an opened database: the pool, the store and, with features, the
-// registry and the dispatcher.
+// registry and the executor.
 type conn struct {
 	cfg   Settings
 	pool  *pgxpool.Pool
 	store *eventstore.Store
 	reg   *registry.Registry
-	disp  *pipeline.Dispatcher
+	disp  *pipeline.Executor
 }
 
 func (c *conn) close() { c.store.Close(); c.pool.Close() }
@@ -101,7 +101,7 @@ func (o *ops) config(ctx context.Context) (Settings, error) {
 }
 
 // open compiles the features, then connects (checking the database
-// answers) and wires the store, and with features the dispatcher. Invalid
+// answers) and wires the store, and with features the executor. Invalid
 // features fail before anything touches the database. It does not migrate.
 func (o *ops) open(ctx context.Context) (*conn, error) {
 	var (

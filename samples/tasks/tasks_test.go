@@ -39,7 +39,7 @@ func do(t *testing.T, run func(context.Context, pipeline.Caller, pipeline.Reques
 func TestCompleteTask(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature})
-	d := app.Dispatcher
+	d := app.Executor
 
 	task, err := do(t, d.Write, "task.create", `{"title":"Write docs"}`)
 	require.NoError(t, err)
@@ -80,7 +80,7 @@ func TestCompleteTask(t *testing.T) {
 func TestOldCompletedEventsAreUpcast(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature})
-	task, err := do(t, app.Dispatcher.Write, "task.create", `{"title":"Old"}`)
+	task, err := do(t, app.Executor.Write, "task.create", `{"title":"Old"}`)
 	require.NoError(t, err)
 	app.Exec(t, `INSERT INTO kumiko_events (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload)
 		VALUES ($1, 'task', $2, 2, 'task.completed', 1, '{"by":"u-0"}')`, task["id"], tenant)

@@ -24,11 +24,11 @@ import (
 // MaxBatch is the most requests one Batch accepts.
 const MaxBatch = 100
 
-// Config configures a Dispatcher. The zero value is usable.
+// Config configures a Executor. The zero value is usable.
 type Config struct {
 	// Logger receives what cannot be returned. Default slog.Default().
 	Logger *slog.Logger
-	// Metrics registers the dispatcher's Prometheus series
+	// Metrics registers the executor's Prometheus series
 	// (kumiko_events_appended_total, kumiko_aggregate_load_events); nil
 	// keeps them unregistered.
 	Metrics prometheus.Registerer
@@ -49,9 +49,9 @@ const (
 	DefaultAsOfTimeout     = 5 * time.Second
 )
 
-// Dispatcher runs writes, batches, queries and commands. Build it once per
+// Executor runs writes, batches, queries and commands. Build it once per
 // process; it is safe for concurrent use.
-type Dispatcher struct {
+type Executor struct {
 	reg      *registry.Registry
 	store    *eventstore.Store
 	pool     *pgxpool.Pool
@@ -64,10 +64,10 @@ type Dispatcher struct {
 	asOfTimeout time.Duration
 }
 
-// New returns a dispatcher for the registry's features on store. The store
+// New returns an executor for the registry's features on store. The store
 // must upcast with the registry (eventstore.Config{Upcaster: reg}) so every
 // read sees current event versions. Call EnsureSchema once at start-up.
-func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Dispatcher, error) {
+func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor, error) {
 	if reg == nil || store == nil {
 		return nil, errors.New("pipeline: registry and store are required")
 	}
@@ -78,7 +78,7 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Dispatch
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: metrics: %w", err)
 	}
-	d := &Dispatcher{
+	d := &Executor{
 		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
 		metrics: m, entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
 	}
@@ -97,8 +97,8 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Dispatch
 	return d, nil
 }
 
-// Registry returns the registry the dispatcher serves.
-func (d *Dispatcher) Registry() *registry.Registry { return d.reg }
+// Registry returns the registry the executor serves.
+func (d *Executor) Registry() *registry.Registry { return d.reg }
 
 // Caller is who sends a request and what travels with it onto every event.
 type Caller struct {
@@ -132,17 +132,17 @@ type Request struct {
 
 // Write runs a CRUD write (create, update, delete, restore) and returns the
 // entity's row as the caller may see it.
-func (d *Dispatcher) Write(ctx context.Context, c Caller, req Request) (any, error) {
+func (d *Executor) Write(ctx context.Context, c Caller, req Request) (any, error) {
 	return d.writeOne(ctx, c, req, registry.KindWrite)
 }
 
 // Command runs a command handler in a write transaction and returns what the
 // handler returned.
-func (d *Dispatcher) Command(ctx context.Context, c Caller, req Request) (any, error) {
+func (d *Executor) Command(ctx context.Context, c Caller, req Request) (any, error) {
 	return d.writeOne(ctx, c, req, registry.KindCommand)
 }
 
-func (d *Dispatcher) writeOne(ctx context.Context, c Caller, req Request, kind registry.HandlerKind) (any, error) {
+func (d *Executor) writeOne(ctx context.Context, c Caller, req Request, kind registry.HandlerKind) (any, error) {
 	h, in, gerr := d.gate(c, req, kind)
 	if gerr != nil {
 		return nil, gerr
@@ -162,7 +162,7 @@ func (d *Dispatcher) writeOne(ctx context.Context, c Caller, req Request, kind r
 // Batch runs writes and commands in one transaction: all take effect or none.
 // Every request passes its gates before any runs; a failure is an *Error
 // whose Details["failedIndex"] names the request.
-func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any, error) {
+func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) ([]any, error) {
 	if len(reqs) == 0 || len(reqs) > MaxBatch {
 		return nil, newError(CodeValidation, "", fmt.Sprintf("a batch holds 1 to %d commands, got %d", MaxBatch, len(reqs)), nil)
 	}
@@ -199,7 +199,7 @@ func (d *Dispatcher) Batch(ctx context.Context, c Caller, reqs []Request) ([]any
 
 // inWriteTx runs fn in a write transaction that first records the caller's
 // idempotency key; after the commit it counts the appended events.
-func (d *Dispatcher) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context.Context, tx pgx.Tx) error) *Error {
+func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context.Context, tx pgx.Tx) error) *Error {
 	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if err := d.recordKey(ctx, tx, c); err != nil {
 			return err
@@ -215,7 +215,7 @@ func (d *Dispatcher) inWriteTx(ctx context.Context, c *Caller, fn func(ctx conte
 
 // Query runs a CRUD list or detail or a query handler. Query handlers run in
 // a read-only transaction.
-func (d *Dispatcher) Query(ctx context.Context, c Caller, req Request) (any, error) {
+func (d *Executor) Query(ctx context.Context, c Caller, req Request) (any, error) {
 	h, in, gerr := d.gate(c, req, registry.KindQuery)
 	if gerr != nil {
 		return nil, gerr
@@ -247,7 +247,7 @@ func (d *Dispatcher) Query(ctx context.Context, c Caller, req Request) (any, err
 // gate runs the checks every request passes before its handler, in order:
 // the handler exists (for this kind of request), the caller may call it, the
 // payload is valid, and the caller may write the fields it sends.
-func (d *Dispatcher) gate(c Caller, req Request, kinds ...registry.HandlerKind) (registry.Handler, any, *Error) {
+func (d *Executor) gate(c Caller, req Request, kinds ...registry.HandlerKind) (registry.Handler, any, *Error) {
 	h, ok := d.reg.Handler(req.Type)
 	if !ok || !slices.Contains(kinds, h.Kind) {
 		return h, nil, notFoundf("handler_not_found", "no %s handler %q", kinds[0], req.Type)
@@ -270,7 +270,7 @@ func (d *Dispatcher) gate(c Caller, req Request, kinds ...registry.HandlerKind) 
 
 // checkFieldWrite refuses a CRUD write that sends a field the caller may not
 // write. Defaults the caller did not send are not the caller's writes.
-func (d *Dispatcher) checkFieldWrite(u feature.User, h registry.Handler, raw json.RawMessage, in any) *Error {
+func (d *Executor) checkFieldWrite(u feature.User, h registry.Handler, raw json.RawMessage, in any) *Error {
 	t := d.entities[h.Entity]
 	if t == nil || !t.writeRoles {
 		return nil
@@ -298,7 +298,7 @@ func (d *Dispatcher) checkFieldWrite(u feature.User, h registry.Handler, raw jso
 
 // execute runs a gated write or command inside tx. A panic in the handler or
 // in an inline projection's apply is an error, so tx rolls back.
-func (d *Dispatcher) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (out any, err error) {
+func (d *Executor) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (out any, err error) {
 	err = author.Run(d.log, func() (err error) {
 		if h.Kind == registry.KindCommand {
 			out, err = h.Invoke(d.newCommandContext(ctx, tx, c, h.Feature), in)
@@ -319,7 +319,7 @@ func (d *Dispatcher) execute(ctx context.Context, tx pgx.Tx, c *Caller, h regist
 }
 
 // tenantOf is the tenant an entity's streams and rows live in for c.
-func (d *Dispatcher) tenantOf(t *entityTable, c *Caller) uuid.UUID {
+func (d *Executor) tenantOf(t *entityTable, c *Caller) uuid.UUID {
 	if t != nil && t.e.SystemStream() {
 		return eventstore.SystemTenant
 	}
