@@ -40,7 +40,7 @@ type Dispatcher struct {
 	store     *eventstore.Store
 	pool      *pgxpool.Pool
 	cfg       Config
-	sql       consumerSQL
+	sql       queries
 	consumers []Consumer
 	metrics   *metrics
 
@@ -70,7 +70,7 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 		return nil, fmt.Errorf("event dispatcher: metrics: %w", err)
 	}
 	e := &Dispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m,
-		sql: newConsumerSQL(store.Schema())}
+		sql: newQueries(store.Schema())}
 	seen := map[string]bool{}
 	for _, c := range consumers {
 		c = c.withDefaults()

@@ -73,70 +73,13 @@ type ShardStatus struct {
 type Ops struct {
 	store *eventstore.Store
 	pool  *pgxpool.Pool
-	sql   consumerOpsSQL
-}
-
-// consumerOpsSQL holds the statements of the consumer operations.
-type consumerOpsSQL struct {
-	list, status, lock, next, restart, skip, setStatus string
-}
-
-func newConsumerOpsSQL(schema string) consumerOpsSQL {
-	r := strings.NewReplacer(
-		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
-		"{events}", pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
-	)
-	// The lag of a shard: the events after its cursor up to the head (an
-	// index range scan on the primary key, as long as the lag itself), and
-	// the age of the first of them. The gap wait of an idle shard, and the
-	// backends of the gap's writers still running: every transaction holds
-	// the lock on its own virtual transaction id until it ends.
-	const row = `
-SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
-	(SELECT count(*) FROM {events} e WHERE e.id > c.last_processed_event_id AND e.id <= h.head),
-	COALESCE((SELECT GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - e.created_at), 0)::float8
-		FROM {events} e WHERE e.id > c.last_processed_event_id AND e.id <= h.head ORDER BY e.id LIMIT 1), 0),
-	c.status, c.attempts, c.last_error,
-	CASE WHEN c.status = 'idle' THEN COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since), 0)::float8, 0) ELSE 0 END,
-	CASE WHEN c.status = 'idle' AND c.gap_since IS NOT NULL THEN ARRAY(SELECT l.pid FROM pg_locks l
-		WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY (c.gap_writers) AND l.granted AND l.pid IS NOT NULL ORDER BY l.pid)
-	ELSE '{}'::int[] END,
-	c.updated_at
-FROM {consumers} c CROSS JOIN (SELECT COALESCE(max(id), 0) AS head FROM {events}) h`
-	return consumerOpsSQL{
-		list: r.Replace(row + `
-ORDER BY c.name, c.instance_id`),
-		status: r.Replace(row + `
-WHERE c.name = $1 AND c.instance_id = $2`),
-		// FOR UPDATE, not SKIP LOCKED: an operation waits for a running pass.
-		lock: r.Replace(`
-SELECT last_processed_event_id, status, attempts, gap_horizon, gap_writers FROM {consumers}
-WHERE name = $1 AND instance_id = $2 FOR UPDATE`),
-		next: r.Replace(`SELECT id FROM {events} WHERE id > $1 ORDER BY id LIMIT 1`),
-		restart: r.Replace(`
-UPDATE {consumers} SET status = $3, attempts = 0, last_error = '', updated_at = now()
-WHERE name = $1 AND instance_id = $2`),
-		// The gap bookkeeping is dropped once the cursor is past its horizon,
-		// as a pass does.
-		skip: r.Replace(`
-UPDATE {consumers} SET last_processed_event_id = $3, status = $4, attempts = 0, last_error = '',
-	gap_horizon = CASE WHEN gap_horizon <= $3 THEN 0 ELSE gap_horizon END,
-	gap_writers = CASE WHEN gap_horizon <= $3 THEN '{}'::text[] ELSE gap_writers END,
-	gap_since = CASE WHEN gap_horizon <= $3 THEN NULL ELSE gap_since END,
-	updated_at = now()
-WHERE name = $1 AND instance_id = $2`),
-		// A disabled shard waits for nobody: its gap wait starts afresh with
-		// the first pass after Enable.
-		setStatus: r.Replace(`
-UPDATE {consumers} SET status = $3, gap_since = NULL, updated_at = now()
-WHERE name = $1 AND instance_id = $2`),
-	}
+	sql   queries
 }
 
 // NewOps returns the consumer operations on store's consumer table.
 // It does not touch the database.
 func NewOps(store *eventstore.Store) *Ops {
-	return &Ops{store: store, pool: store.Pool(), sql: newConsumerOpsSQL(store.Schema())}
+	return &Ops{store: store, pool: store.Pool(), sql: newQueries(store.Schema())}
 }
 
 // List returns every consumer shard, ordered by name and instance id; an
@@ -265,7 +208,7 @@ func (o *Ops) change(ctx context.Context, op, name, instanceID string, from []st
 	var out ShardStatus
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		sh := opShard{instance: instance}
-		err := tx.QueryRow(ctx, o.sql.lock, name, instance).Scan(&sh.cursor, &sh.status, &sh.attempts, &sh.gapHorizon, &sh.gapWriters)
+		err := tx.QueryRow(ctx, o.sql.opLock, name, instance).Scan(&sh.cursor, &sh.status, &sh.attempts, &sh.gapHorizon, &sh.gapWriters)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return consumerNotFound(name, instance)
 		}

@@ -13,47 +13,6 @@ import (
 	"github.com/kumiko-go/kumiko/internal/author"
 )
 
-// consumerSQL holds the statements on kumiko_event_consumers.
-type consumerSQL struct {
-	register, lock, save string
-}
-
-func newConsumerSQL(schema string) consumerSQL {
-	table := pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize()
-	const cols = `c.last_processed_event_id, c.status, c.attempts, c.last_error, c.gap_horizon, c.gap_writers,
-	EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since)::float8, c.updated_at`
-	return consumerSQL{
-		register: `INSERT INTO ` + table + ` (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)
-ON CONFLICT (name, instance_id) DO NOTHING`,
-		// The row is locked only when a pass may have something to do: a
-		// disabled shard, or an idle one with no gap recorded and no
-		// committed event after its cursor, is left unlocked, so that an
-		// idle pass takes no transaction id and writes no WAL. Otherwise
-		// the first branch answers the locked row; when another process
-		// holds it (SKIP LOCKED) or it needs no lock, the second answers it
-		// unlocked, as the statement's snapshot sees it. head is the newest
-		// committed event id; an event committing later wakes the loop
-		// again. The gap wait is measured on the database's clock, the one
-		// that set gap_since.
-		lock: `WITH h AS (SELECT COALESCE(max(id), 0) AS head FROM ` + pgx.Identifier{schema, "kumiko_events"}.Sanitize() + `),
-l AS (
-	SELECT ` + cols + ` FROM ` + table + ` c, h
-	WHERE c.name = $1 AND c.instance_id = $2
-		AND c.status <> 'disabled' AND NOT (c.status = 'idle' AND c.gap_horizon = 0 AND c.last_processed_event_id >= h.head)
-	FOR UPDATE OF c SKIP LOCKED)
-SELECT true, h.head, l.* FROM l, h
-UNION ALL
-SELECT false, h.head, ` + cols + ` FROM ` + table + ` c, h
-WHERE c.name = $1 AND c.instance_id = $2 AND NOT EXISTS (SELECT 1 FROM l)`,
-		// $9: the shard waits at a gap; $10: a new gap, whose wait starts now.
-		save: `UPDATE ` + table + ` SET last_processed_event_id = $3, status = $4, attempts = $5, last_error = $6,
-	gap_horizon = $7, gap_writers = $8,
-	gap_since = CASE WHEN NOT $9 THEN NULL WHEN $10 OR gap_since IS NULL THEN now() ELSE gap_since END,
-	updated_at = now()
-WHERE name = $1 AND instance_id = $2`,
-	}
-}
-
 // shard is a consumer's state row as a pass reads and writes it.
 type shard struct {
 	cursor     int64
@@ -225,7 +184,7 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 }
 
 // lockShard reads the shard's row for a pass, locked unless the pass has
-// nothing to do (see consumerSQL.lock), and records in res what it found.
+// nothing to do (see queries.passLock), and records in res what it found.
 // ok is false when the pass ends here: the shard has caught up, another
 // process has this turn, or the row is gone.
 func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, instance string, res *PassResult) (sh shard, ok bool, err error) {
@@ -233,7 +192,7 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 		locked bool
 		head   int64
 	)
-	err = tx.QueryRow(ctx, e.sql.lock, c.Name, instance).Scan(&locked, &head, &sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
+	err = tx.QueryRow(ctx, e.sql.passLock, c.Name, instance).Scan(&locked, &head, &sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
 		&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

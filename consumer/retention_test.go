@@ -60,7 +60,7 @@ func TestPruneValidates(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
 	ops := consumer.NewOps(db.Store)
-	for _, opts := range []consumer.PruneOptions{
+	for _, opts := range []eventstore.PruneOptions{
 		{AggregateTypes: []string{"thing"}},
 		{OlderThan: time.Now()},
 		{OlderThan: time.Now(), AggregateTypes: []string{}},
@@ -88,7 +88,7 @@ func TestPruneGuardSharedConsumer(t *testing.T) {
 	other := appendOfType(t, db.Store, "other")
 	cutoff := dbNow(t, db)
 	newer := appendOne(t, db.Store)
-	opts := consumer.PruneOptions{OlderThan: cutoff, AggregateTypes: []string{"thing"}}
+	opts := eventstore.PruneOptions{OlderThan: cutoff, AggregateTypes: []string{"thing"}}
 
 	_, err := ops.PruneEvents(ctx, opts)
 	requireLagging(t, err, "prunee", consumer.SharedInstance, 0, old[2].ID)
@@ -101,18 +101,18 @@ func TestPruneGuardSharedConsumer(t *testing.T) {
 	runPass(t, d, "prunee")
 	res, err := ops.PruneEvents(ctx, dry)
 	require.NoError(t, err)
-	require.Equal(t, consumer.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, res)
+	require.Equal(t, eventstore.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, res)
 	require.Len(t, eventIDs(t, db), 5, "a dry run removes nothing")
 
 	res, err = ops.PruneEvents(ctx, opts)
 	require.NoError(t, err)
-	require.Equal(t, consumer.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, res)
+	require.Equal(t, eventstore.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, res)
 	require.Equal(t, []int64{other.ID, newer.ID}, eventIDs(t, db),
 		"the other aggregate type's old event and the newer event remain")
 
 	res, err = ops.PruneEvents(ctx, opts)
 	require.NoError(t, err)
-	require.Equal(t, consumer.PruneResult{ByType: map[string]int64{"thing": 0}}, res, "nothing left to prune")
+	require.Equal(t, eventstore.PruneResult{ByType: map[string]int64{"thing": 0}}, res, "nothing left to prune")
 }
 
 // A dead consumer holds the prune back; disabling it lets the prune through.
@@ -123,7 +123,7 @@ func TestPruneDeadBlocksDisabledDoesNot(t *testing.T) {
 	newEventDispatcher(t, db, "p1", recorder(t, db, "stuck", feature.Shared))
 	evs := appendN(t, db.Store, 4)
 	db.Exec(t, `UPDATE kumiko_event_consumers SET status = 'dead', last_processed_event_id = $1 WHERE name = 'stuck'`, evs[1].ID)
-	opts := consumer.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
+	opts := eventstore.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
 
 	_, err := ops.PruneEvents(ctx, opts)
 	requireLagging(t, err, "stuck", consumer.SharedInstance, evs[1].ID, evs[3].ID)
@@ -156,7 +156,7 @@ func TestPruneStalePerInstanceRow(t *testing.T) {
 	// pod_b stops for good; pod_a goes on.
 	later := appendN(t, db.Store, 2)
 	runPass(t, a, "local")
-	opts := consumer.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
+	opts := eventstore.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
 
 	_, err := ops.PruneEvents(ctx, opts)
 	requireLagging(t, err, "local", "pod_b", first[1].ID, later[1].ID)
@@ -198,7 +198,7 @@ func TestPruneRacingRegistration(t *testing.T) {
 	d := newEventDispatcher(t, db, "p1", recorder(t, db, "early", feature.Shared))
 	old := appendN(t, db.Store, 3)
 	runPass(t, d, "early")
-	opts := consumer.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
+	opts := eventstore.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}}
 	kept := appendOne(t, db.Store)
 	runPass(t, d, "early")
 
@@ -210,7 +210,7 @@ func TestPruneRacingRegistration(t *testing.T) {
 	require.NoError(t, err)
 
 	type pruned struct {
-		res consumer.PruneResult
+		res eventstore.PruneResult
 		err error
 	}
 	pruneDone := make(chan pruned, 1)
@@ -222,7 +222,7 @@ func TestPruneRacingRegistration(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return db.Count(t, `SELECT count(*) FROM pg_locks WHERE relation = 'kumiko_event_consumers'::regclass AND mode = 'ShareLock' AND granted`) == 1 &&
 			db.Count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-				AND query LIKE '%DELETE FROM "' || $1 || '"."kumiko_events"%'`, db.Schema) == 1
+				AND query LIKE '%DELETE FROM "' || $1 || '".kumiko_events%'`, db.Schema) == 1
 	}, 10*time.Second, 5*time.Millisecond, "the prune took the lock and waits for the row")
 
 	late := recorder(t, db, "late", feature.Shared)
@@ -258,6 +258,6 @@ func TestPruneRacingRegistration(t *testing.T) {
 	// fresh consumer registered now holds the next prune back.
 	fresh := recorder(t, db, "fresh", feature.Shared)
 	newEventDispatcher(t, db, "p3", fresh)
-	_, err = ops.PruneEvents(ctx, consumer.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}})
+	_, err = ops.PruneEvents(ctx, eventstore.PruneOptions{OlderThan: dbNow(t, db), AggregateTypes: []string{"thing"}})
 	requireLagging(t, err, "fresh", consumer.SharedInstance, 0, kept.ID)
 }

@@ -16,6 +16,7 @@ type queries struct {
 	notify, listen                            string
 	lastID, writers, readRange                string
 	head, tailStart                           string
+	pruneNewest, pruneCount, pruneDelete      string
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by`
@@ -157,5 +158,30 @@ SELECT COALESCE(min(id) - 1, 0) FROM (SELECT id FROM {events}
 WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
 	AND ($3::text[] IS NULL OR type = ANY ($3))
 ORDER BY id DESC LIMIT $4) last`),
+		// Prune: $1 = OlderThan, $2 = aggregate types, $3 = the highest id
+		// the guard lets go. pruneNewest finds what the guard is asked
+		// about; the count (a dry run) and the delete carry id <= $3, since
+		// an event committing after pruneNewest may match the rest.
+		pruneNewest: r.Replace(`
+SELECT COALESCE(max(id), 0) FROM {events} WHERE created_at < $1 AND aggregate_type = ANY($2)`),
+		pruneCount: r.Replace(`
+SELECT aggregate_type, count(*), max(id) FROM {events} WHERE ` + pruneWhere + `
+GROUP BY aggregate_type`),
+		pruneDelete: r.Replace(`
+WITH d AS (DELETE FROM {events} WHERE ` + pruneWhere + ` RETURNING id, aggregate_type)
+SELECT aggregate_type, count(*), max(id) FROM d GROUP BY aggregate_type`),
 	}
 }
+
+const pruneWhere = `created_at < $1 AND aggregate_type = ANY($2) AND id <= $3`
+
+// Statements of the migration runner, the same for every schema.
+const (
+	// One lock per schema serializes the migrations of every owner.
+	sqlMigrateLock = `SELECT pg_advisory_xact_lock(hashtextextended('kumiko.migrate.' || $1, 0))`
+	// {{table}} is the quoted, schema-qualified bookkeeping table.
+	sqlMigrationsTable = `CREATE TABLE IF NOT EXISTS {{table}} (
+	version integer PRIMARY KEY,
+	name text NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now())`
+)

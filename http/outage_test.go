@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
@@ -345,6 +346,10 @@ func TestOutageTooManyConnections(t *testing.T) {
 	store, err := eventstore.New(setup, eventstore.Config{})
 	require.NoError(t, err)
 	_, err = store.Migrate(ctx)
+	require.NoError(t, err)
+	_, err = consumer.Migrate(ctx, store)
+	require.NoError(t, err)
+	_, err = pipeline.Migrate(ctx, store)
 	require.NoError(t, err)
 	d, err := pipeline.New(reg, store, pipeline.Config{})
 	require.NoError(t, err)

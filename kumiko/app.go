@@ -17,6 +17,7 @@ import (
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/internal/migrations"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -206,21 +207,18 @@ func (a *App) steps() []step {
 	return steps
 }
 
-// migrate checks the database answers and applies the event store's
-// migrations.
+// migrate checks the database answers and applies the migrations of the
+// event store and of the other tables' owners.
 func (a *App) migrate(ctx context.Context) error {
 	p := a.parts
 	if err := p.Pool.Ping(ctx); err != nil {
 		return fmt.Errorf("database unreachable: %w", err)
 	}
-	applied, err := p.Store.Migrate(ctx)
-	if err != nil {
-		return err
+	applied, err := migrations.All(ctx, p.Store)
+	for _, m := range applied {
+		p.Config.Logger.Info("kumiko: migrated the "+m.Owner+" tables", "schema", p.Config.Schema, "applied", m.Versions)
 	}
-	if len(applied) > 0 {
-		p.Config.Logger.Info("kumiko: migrated the event store", "schema", p.Config.Schema, "applied", applied)
-	}
-	return nil
+	return err
 }
 
 // Start connects, migrates, creates read tables, starts delivering events

@@ -25,7 +25,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // DefaultDatabaseURL is used when DATABASE_URL is not set.
@@ -82,7 +84,8 @@ func MaxConns(n int32) Option { return func(o *options) { o.maxConns = n } }
 // StoreConfig sets the event store configuration; its Schema is overridden.
 func StoreConfig(c eventstore.Config) Option { return func(o *options) { o.store = c } }
 
-// NewDB creates a fresh, migrated schema for t and drops it when t ends.
+// NewDB creates a fresh schema for t, migrated by the event store, the
+// consumer dispatcher and the executor, and drops it when t ends.
 func NewDB(t testing.TB, opts ...Option) *DB {
 	t.Helper()
 	o := options{maxConns: 10}
@@ -124,8 +127,12 @@ func NewDB(t testing.TB, opts ...Option) *DB {
 	if db.Store, err = eventstore.New(pool, sc); err != nil {
 		t.Fatalf("kumikotest: %v", err)
 	}
-	if _, err := db.Store.Migrate(ctx); err != nil {
-		t.Fatalf("kumikotest: %v", err)
+	for _, migrate := range []func(context.Context, *eventstore.Store) ([]int, error){
+		func(ctx context.Context, s *eventstore.Store) ([]int, error) { return s.Migrate(ctx) }, consumer.Migrate, pipeline.Migrate,
+	} {
+		if _, err := migrate(ctx, db.Store); err != nil {
+			t.Fatalf("kumikotest: %v", err)
+		}
 	}
 	return db
 }

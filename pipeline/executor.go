@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
@@ -52,13 +53,16 @@ const (
 // Executor runs writes, batches, queries and commands. Build it once per
 // process; it is safe for concurrent use.
 type Executor struct {
-	reg      *registry.Registry
-	store    *eventstore.Store
-	pool     *pgxpool.Pool
-	schema   string
-	log      *slog.Logger
-	metrics  *metrics
-	entities map[string]*entityTable
+	reg     *registry.Registry
+	store   *eventstore.Store
+	pool    *pgxpool.Pool
+	schema  string
+	log     *slog.Logger
+	metrics *metrics
+	// consumers operates the state of the multi-stream projections'
+	// consumers, which a rebuild stops and moves.
+	consumers *consumer.Ops
+	entities  map[string]*entityTable
 	// asOfSlots holds a token per running as-of list; nil: no bound.
 	asOfSlots   chan struct{}
 	asOfTimeout time.Duration
@@ -80,7 +84,7 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	}
 	d := &Executor{
 		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
-		metrics: m, entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
+		metrics: m, consumers: consumer.NewOps(store), entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
 	}
 	if cfg.AsOfConcurrency == 0 {
 		cfg.AsOfConcurrency = DefaultAsOfConcurrency

@@ -70,18 +70,3 @@ func (d *Executor) PruneIdempotencyKeys(ctx context.Context, olderThan time.Time
 		}
 	}
 }
-
-// idempotencyDDL creates the table of recorded keys and the index
-// PruneIdempotencyKeys reads.
-func (d *Executor) idempotencyDDL() string {
-	table := d.qualify("kumiko_idempotency_keys")
-	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
-	tenant_id    uuid        NOT NULL,
-	user_id      text        NOT NULL,
-	key          text        NOT NULL,
-	request_hash text        NOT NULL DEFAULT '',
-	created_at   timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (tenant_id, user_id, key)
-);
-CREATE INDEX IF NOT EXISTS kumiko_idempotency_keys_created_at ON %[1]s (created_at)`, table)
-}

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
@@ -479,11 +478,7 @@ func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 			// Only the consumer's pass writes the table: holding its rows
 			// (waiting for a running pass) stops it while the rest is
 			// replayed up to a settled horizon and the cursor is moved.
-			rows, err := tx.Query(ctx, `SELECT instance_id FROM `+d.qualify("kumiko_event_consumers")+` WHERE name = $1 FOR UPDATE`, r.t.name)
-			if err != nil {
-				return err
-			}
-			shards, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			shards, err := d.consumers.LockShardsTx(ctx, tx, r.t.name)
 			if err != nil {
 				return err
 			}
@@ -496,14 +491,7 @@ func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 					return err
 				}
 			}
-			if len(shards) > 0 {
-				_, err = tx.Exec(ctx, `UPDATE `+d.qualify("kumiko_event_consumers")+`
-SET last_processed_event_id = $2, gap_horizon = 0, gap_writers = '{}', updated_at = now() WHERE name = $1`, r.t.name, r.cursor)
-			} else if r.t.msp.Delivery() != feature.PerInstance {
-				_, err = tx.Exec(ctx, `INSERT INTO `+d.qualify("kumiko_event_consumers")+` (name, instance_id, last_processed_event_id)
-VALUES ($1, $2, $3)`, r.t.name, consumer.SharedInstance, r.cursor)
-			}
-			if err != nil {
+			if err := d.consumers.MoveShardsTx(ctx, tx, r.t.name, r.cursor, shards, r.t.msp.Delivery() != feature.PerInstance); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `LOCK TABLE `+r.live+` IN ACCESS EXCLUSIVE MODE`); err != nil {
@@ -600,8 +588,7 @@ func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, 
 			}
 			switch {
 			case t.kind == ProjectionMSP:
-				if err := tx.QueryRow(ctx, `SELECT COALESCE(min(last_processed_event_id), 0) FROM `+d.qualify("kumiko_event_consumers")+` WHERE name = $1`,
-					t.name).Scan(&s.Cursor); err != nil {
+				if s.Cursor, err = d.consumers.LowestCursorTx(ctx, tx, t.name); err != nil {
 					return err
 				}
 			case s.Status == ProjectionReady:

@@ -11,10 +11,10 @@ import (
 )
 
 // EnsureSchema creates the read tables of every entity and inline projection
-// that do not exist yet, adds columns that were declared since, and creates
-// the table of recorded idempotency keys. It runs in
-// one transaction under an advisory lock, so N processes may boot at once.
-// Columns are never dropped or retyped: that is a projection rebuild.
+// that do not exist yet and adds columns that were declared since (the
+// executor's own tables are Migrate's). It runs in one transaction under an
+// advisory lock, so N processes may boot at once. Columns
+// are never dropped or retyped: that is a projection rebuild.
 func (d *Executor) EnsureSchema(ctx context.Context) error {
 	var tables []feature.TableDef
 	for _, e := range d.reg.Entities() {
@@ -31,9 +31,6 @@ func (d *Executor) EnsureSchema(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('kumiko.tables.' || $1, 0))`, d.schema); err != nil {
 			return err
-		}
-		if _, err := tx.Exec(ctx, d.idempotencyDDL()); err != nil {
-			return fmt.Errorf("idempotency keys: %w", err)
 		}
 		for _, t := range tables {
 			for _, stmt := range d.tableDDL(t) {

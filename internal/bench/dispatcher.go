@@ -713,7 +713,7 @@ func (b *bench) migratedStore(ctx context.Context, schema string) (*eventstore.S
 	if err != nil {
 		return nil, err
 	}
-	if _, err := store.Migrate(ctx); err != nil {
+	if err := migrateAll(ctx, store); err != nil {
 		return nil, err
 	}
 	return store, nil

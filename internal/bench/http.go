@@ -53,7 +53,7 @@ func (b *bench) httpRows(ctx context.Context) ([]row, error) {
 	// Registered first, so it runs after the server stopped; rawStore never
 	// appends: nothing to wait for.
 	defer dropSchemas(b.pool, rawStore, fwSchema, rawSchema)
-	if _, err := rawStore.Migrate(ctx); err != nil {
+	if err := migrateAll(ctx, rawStore); err != nil {
 		return nil, err
 	}
 	rd, err := pipeline.New(reg, rawStore, pipeline.Config{})

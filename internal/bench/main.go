@@ -57,7 +57,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 const (
@@ -142,7 +144,7 @@ func run(cfg config) error {
 		return err
 	}
 	for _, s := range []*eventstore.Store{store, rawStore} {
-		if _, err := s.Migrate(ctx); err != nil {
+		if err := migrateAll(ctx, s); err != nil {
 			return err
 		}
 	}
@@ -247,4 +249,17 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// migrateAll applies the migrations of the event store and of the packages
+// that own tables next to it.
+func migrateAll(ctx context.Context, s *eventstore.Store) error {
+	if _, err := s.Migrate(ctx); err != nil {
+		return err
+	}
+	if _, err := consumer.Migrate(ctx, s); err != nil {
+		return err
+	}
+	_, err := pipeline.Migrate(ctx, s)
+	return err
 }

@@ -70,7 +70,7 @@ func (b *bench) pipelineRows(ctx context.Context) ([]row, error) {
 	defer dropSchemas(b.pool, fwStore, fwSchema, rawSchema) // rawStore never appends: nothing to wait for
 	var d *pipeline.Executor
 	for _, s := range []*eventstore.Store{fwStore, rawStore} {
-		if _, err := s.Migrate(ctx); err != nil {
+		if err := migrateAll(ctx, s); err != nil {
 			return nil, err
 		}
 		sd, err := pipeline.New(reg, s, pipeline.Config{})

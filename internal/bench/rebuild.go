@@ -83,7 +83,7 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	defer dropSchemas(b.pool, store, schema) // nothing appended through store: nothing to wait for
-	if _, err := store.Migrate(ctx); err != nil {
+	if err := migrateAll(ctx, store); err != nil {
 		return nil, err
 	}
 	d, err := pipeline.New(reg, store, pipeline.Config{})

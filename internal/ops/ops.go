@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -22,6 +23,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/internal/migrations"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -211,9 +213,20 @@ func (o *ops) migrateCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
-				applied, err := c.store.Migrate(ctx)
+				var (
+					applied []int                // the event store's, as before the tables moved
+					owned   = map[string][]int{} // the other owners'
+				)
+				migrated, err := migrations.All(ctx, c.store)
 				if err != nil {
 					return err
+				}
+				for _, m := range migrated {
+					if m.Owner == "eventstore" {
+						applied = m.Versions
+					} else {
+						owned[m.Owner] = m.Versions
+					}
 				}
 				if c.disp != nil {
 					if err := c.disp.EnsureSchema(ctx); err != nil {
@@ -224,13 +237,18 @@ func (o *ops) migrateCmd() *cobra.Command {
 					if applied == nil {
 						applied = []int{}
 					}
-					return writeJSON(out, map[string]any{"schema": c.cfg.Schema, "applied": applied, "readTables": c.disp != nil})
+					return writeJSON(out, map[string]any{"schema": c.cfg.Schema, "applied": applied, "owned": owned, "readTables": c.disp != nil})
 				}
-				if len(applied) == 0 {
+				if len(applied) == 0 && len(owned) == 0 {
 					fmt.Fprintf(out, "schema %s is up to date\n", c.cfg.Schema)
 				}
 				for _, v := range applied {
 					fmt.Fprintf(out, "applied migration %d\n", v)
+				}
+				for _, owner := range slices.Sorted(maps.Keys(owned)) {
+					for _, v := range owned[owner] {
+						fmt.Fprintf(out, "applied %s migration %d\n", owner, v)
+					}
 				}
 				if c.disp != nil {
 					fmt.Fprintf(out, "read tables of %s are in place\n", c.cfg.Name)
@@ -971,7 +989,7 @@ func (o *ops) pruneCmd() *cobra.Command {
 					fmt.Fprintf(p.out, "pruning events of %s created before %s…", strings.Join(types, ", "), before.UTC().Format(time.RFC3339))
 					p.drawn = true
 				}
-				res, err := consumer.NewOps(c.store).PruneEvents(ctx, consumer.PruneOptions{
+				res, err := consumer.NewOps(c.store).PruneEvents(ctx, eventstore.PruneOptions{
 					OlderThan: before, AggregateTypes: types, DryRun: dryRun,
 				})
 				p.done()

@@ -1,0 +1,9 @@
+CREATE TABLE IF NOT EXISTS {{schema}}.kumiko_idempotency_keys (
+	tenant_id    uuid        NOT NULL,
+	user_id      text        NOT NULL,
+	key          text        NOT NULL,
+	request_hash text        NOT NULL DEFAULT '',
+	created_at   timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (tenant_id, user_id, key)
+);
+CREATE INDEX IF NOT EXISTS kumiko_idempotency_keys_created_at ON {{schema}}.kumiko_idempotency_keys (created_at)
