@@ -11,15 +11,20 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Sentinel errors. Match them with errors.Is; the concrete errors carry details.
+// Sentinel errors. Match them with errors.Is; the concrete errors carry
+// details. Those a client may see carry the error contract by behaviour:
+// Code(), Reason() and Detail(), a sentence safe to show.
 var (
 	// ErrVersionConflict: the stream is not at the expected version. The
 	// concrete error is a *VersionConflictError.
-	ErrVersionConflict = errors.New("version conflict")
+	ErrVersionConflict error = &sentinel{msg: "version conflict", code: "version_conflict", reason: "event_version_conflict"}
 	// ErrStreamArchived: the stream is archived and refuses appends.
-	ErrStreamArchived = errors.New("stream archived")
-	// ErrAggregateNotFound: the stream does not exist for this tenant.
-	ErrAggregateNotFound = errors.New("aggregate not found")
+	ErrStreamArchived error = &sentinel{msg: "stream archived", code: "stream_archived", reason: "stream_archived",
+		detail: "the aggregate is archived"}
+	// ErrAggregateNotFound: the stream does not exist for this tenant (code
+	// not_found, reason aggregate_not_found).
+	ErrAggregateNotFound error = &sentinel{msg: "aggregate not found", code: "not_found", reason: "aggregate_not_found",
+		detail: "no such aggregate"}
 	// ErrUnknownEventVersion: a stored event has a version no upcaster can
 	// bring to the current one. The concrete error is an *UnknownEventVersionError.
 	ErrUnknownEventVersion = errors.New("unknown event version")
@@ -30,25 +35,39 @@ var (
 	// was lost (see TranslateError). Nothing of the failed work committed,
 	// with one exception: a connection lost during COMMIT leaves the outcome
 	// unknown, so a retry must be safe to repeat (an idempotency key).
-	ErrUnavailable = errors.New("database unavailable")
+	ErrUnavailable error = &sentinel{msg: "database unavailable", code: "unavailable", reason: "database_unavailable",
+		detail: "the database is unreachable; retry later"}
 )
 
-// Code returns the stable error code of err for the error contract, or "" when
-// err is not an event store error.
+// sentinel is a sentinel error with its place in the error contract. The
+// one without a detail (version conflict) is only seen through its concrete
+// error.
+type sentinel struct{ msg, code, reason, detail string }
+
+func (e *sentinel) Error() string { return e.msg }
+
+// Code is the stable error code.
+func (e *sentinel) Code() string { return e.code }
+
+// Reason is the finer reason code.
+func (e *sentinel) Reason() string { return e.reason }
+
+// Detail is a sentence safe to show to a client.
+func (e *sentinel) Detail() string { return e.detail }
+
+// Code returns the stable error code of err for the error contract — the
+// Code() of the first error in its chain that has one — or "" when none
+// has.
 func Code(err error) string {
+	var c interface{ Code() string }
+	if errors.As(err, &c) {
+		return c.Code()
+	}
 	switch {
-	case errors.Is(err, ErrVersionConflict):
-		return "version_conflict"
-	case errors.Is(err, ErrStreamArchived):
-		return "stream_archived"
-	case errors.Is(err, ErrAggregateNotFound):
-		return "aggregate_not_found"
 	case errors.Is(err, ErrUnknownEventVersion):
 		return "event_schema_unknown_version"
 	case errors.Is(err, ErrInvalidEvent):
 		return "invalid_event"
-	case errors.Is(err, ErrUnavailable):
-		return "unavailable"
 	}
 	return ""
 }
@@ -77,6 +96,21 @@ func (e *VersionConflictError) Code() string { return "version_conflict" }
 
 // Reason is the finer reason code.
 func (e *VersionConflictError) Reason() string { return "event_version_conflict" }
+
+// Detail is a sentence safe to show to a client.
+func (e *VersionConflictError) Detail() string {
+	return "the aggregate was changed by someone else; reload and retry"
+}
+
+// Details are the expected version and, unless the id belongs to another
+// tenant's stream, the current one.
+func (e *VersionConflictError) Details() map[string]any {
+	d := map[string]any{"expectedVersion": e.Expected}
+	if e.Current >= 0 {
+		d["currentVersion"] = e.Current
+	}
+	return d
+}
 
 // UnknownEventVersionError reports a stored event whose schema version cannot
 // be upcast to the version the application knows.
@@ -175,3 +209,6 @@ func (e *unavailableError) Code() string { return "unavailable" }
 
 // Reason is the finer reason code.
 func (e *unavailableError) Reason() string { return "database_unavailable" }
+
+// Detail is a sentence safe to show to a client.
+func (e *unavailableError) Detail() string { return "the database is unreachable; retry later" }

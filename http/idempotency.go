@@ -57,9 +57,9 @@ func (s *Server) idempotent(next echo.HandlerFunc) echo.HandlerFunc {
 		resp, err := s.claim(req.Context(), k, info.requestHash)
 		switch {
 		case errors.Is(err, idempotency.ErrKeyReused):
-			return newAPIError(codeIdempotencyConflict, reasonKeyReused, "the idempotency key was used for a different request")
+			return newAPIError(pipeline.CodeIdempotencyConflict, reasonKeyReused, "the idempotency key was used for a different request")
 		case errors.Is(err, idempotency.ErrInProgress):
-			return newAPIError(codeIdempotencyConflict, reasonRequestInProgress, "a request with this idempotency key is still in progress; retry later")
+			return newAPIError(pipeline.CodeIdempotencyConflict, reasonRequestInProgress, "a request with this idempotency key is still in progress; retry later")
 		case errors.Is(err, idempotency.ErrUnavailable) && s.cfg.IdempotencyFailOpen:
 			info.log.Warn("idempotency store unavailable; running the keyed request without replay", "err", err)
 			return next(c)
@@ -150,7 +150,7 @@ func (s *Server) settle(c echo.Context, store idempotency.Store, k idempotency.K
 func replay(c echo.Context, resp *idempotency.Response) error {
 	if resp.ContentType == responseOmitted {
 		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
-		return newAPIError(codeIdempotencyConflict, reasonAlreadyApplied,
+		return newAPIError(pipeline.CodeIdempotencyConflict, reasonAlreadyApplied,
 			"this request was already applied; its response was too large to keep for replay")
 	}
 	ct, status := resp.ContentType, resp.Status

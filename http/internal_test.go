@@ -3,13 +3,15 @@ package http
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/eventstore"
 )
 
 // Every code of the error contract maps to its status; codes no request
@@ -40,7 +42,7 @@ func TestStatusOfEveryCode(t *testing.T) {
 		{"internal_error", "", 500, false},
 		{"some_future_code", "", 500, false},
 	} {
-		p, h, _ := toProblem(&pipeline.Error{Code: c.code, Reason: c.reason, Detail: "d"})
+		p, h, _ := toProblem(newAPIError(c.code, c.reason, "d"))
 		require.Equal(t, c.status, p.Status, c.code)
 		require.Equal(t, c.retryAfter, h.Get("Retry-After") != "", c.code)
 		if c.status == http.StatusInternalServerError {
@@ -51,6 +53,16 @@ func TestStatusOfEveryCode(t *testing.T) {
 			require.NotEmpty(t, p.Title, c.code)
 		}
 	}
+	// Any error with the contract's methods maps by them, whichever
+	// package it comes from.
+	p, _, _ := toProblem(fmt.Errorf("load: %w", eventstore.ErrAggregateNotFound))
+	require.Equal(t, problem{Type: problemTypeBase + "not_found", Title: "Not found", Status: 404,
+		Code: "not_found", Reason: "aggregate_not_found", Detail: "no such aggregate"}, p)
+	p, h, _ := toProblem(eventstore.TranslateError(io.ErrUnexpectedEOF))
+	require.Equal(t, 503, p.Status)
+	require.Equal(t, "database_unavailable", p.Reason)
+	require.Equal(t, "1", h.Get("Retry-After"))
+
 	p, _, cause := toProblem(errors.New("pgx: SELECT boom"))
 	require.Equal(t, 500, p.Status)
 	require.NotContains(t, p.Detail, "SELECT")

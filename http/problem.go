@@ -14,7 +14,6 @@ import (
 // Codes the adapter answers on its own, next to the pipeline's codes, and
 // other wire constants of the error contract.
 const (
-	codeIdempotencyConflict   = "idempotency_conflict"
 	codePayloadTooLarge       = "payload_too_large"
 	codeRateLimited           = "rate_limited"
 	codeProjectionRebuilding  = "projection_rebuild_in_progress"
@@ -52,7 +51,7 @@ func statusOf(code, reason string) int {
 		return http.StatusMethodNotAllowed
 	case pipeline.CodeVersionConflict, pipeline.CodeStreamArchived, pipeline.CodeUniqueViolation:
 		return http.StatusConflict
-	case codeIdempotencyConflict:
+	case pipeline.CodeIdempotencyConflict:
 		if reason == reasonKeyReused {
 			return http.StatusUnprocessableEntity
 		}
@@ -70,21 +69,21 @@ func statusOf(code, reason string) int {
 }
 
 var titles = map[string]string{
-	pipeline.CodeValidation:      "Validation failed",
-	pipeline.CodeUnauthenticated: "Unauthenticated",
-	pipeline.CodeAccessDenied:    "Access denied",
-	pipeline.CodeNotFound:        "Not found",
-	codeMethodNotAllowed:         "Method not allowed",
-	pipeline.CodeVersionConflict: "Version conflict",
-	pipeline.CodeStreamArchived:  "Stream archived",
-	pipeline.CodeUniqueViolation: "Unique violation",
-	codeIdempotencyConflict:      "Idempotency conflict",
-	pipeline.CodeUnprocessable:   "Unprocessable request",
-	codePayloadTooLarge:          "Payload too large",
-	codeRateLimited:              "Too many requests",
-	codeProjectionRebuilding:     "Projection rebuild in progress",
-	pipeline.CodeUnavailable:     "Service unavailable",
-	pipeline.CodeInternal:        "Internal server error",
+	pipeline.CodeValidation:          "Validation failed",
+	pipeline.CodeUnauthenticated:     "Unauthenticated",
+	pipeline.CodeAccessDenied:        "Access denied",
+	pipeline.CodeNotFound:            "Not found",
+	codeMethodNotAllowed:             "Method not allowed",
+	pipeline.CodeVersionConflict:     "Version conflict",
+	pipeline.CodeStreamArchived:      "Stream archived",
+	pipeline.CodeUniqueViolation:     "Unique violation",
+	pipeline.CodeIdempotencyConflict: "Idempotency conflict",
+	pipeline.CodeUnprocessable:       "Unprocessable request",
+	codePayloadTooLarge:              "Payload too large",
+	codeRateLimited:                  "Too many requests",
+	codeProjectionRebuilding:         "Projection rebuild in progress",
+	pipeline.CodeUnavailable:         "Service unavailable",
+	pipeline.CodeInternal:            "Internal server error",
 }
 
 // problem is the application/problem+json body of every error (RFC 9457
@@ -128,7 +127,22 @@ func (e *apiError) Error() string {
 	return msg
 }
 
-func (e *apiError) Unwrap() error { return e.cause }
+func (e *apiError) Unwrap() error                 { return e.cause }
+func (e *apiError) Code() string                  { return e.code }
+func (e *apiError) Reason() string                { return e.reason }
+func (e *apiError) Detail() string                { return e.detail }
+func (e *apiError) Fields() []registry.FieldError { return e.fields }
+
+// contractError is what every error the adapter answers with its own code
+// has: the pipeline's, the consumer operations', the event store's and the
+// adapter's own. Fields, Details and a WWW-Authenticate challenge are
+// optional behaviours on top.
+type contractError interface {
+	error
+	Code() string
+	Reason() string
+	Detail() string
+}
 
 func newAPIError(code, reason, detail string) *apiError {
 	if reason == "" {
@@ -150,23 +164,25 @@ func invalidInput(reason, detail string, fields ...registry.FieldError) *apiErro
 func toProblem(err error) (p problem, header http.Header, cause error) {
 	header = http.Header{}
 	var (
-		ae *apiError
-		pe *pipeline.Error
+		ce contractError
 		he *echo.HTTPError
 	)
 	switch {
-	case errors.As(err, &ae):
-		p = problem{Code: ae.code, Reason: ae.reason, Detail: ae.detail, Fields: fieldProblems(ae.fields)}
-		if ae.challenge != "" {
-			header.Set("WWW-Authenticate", ae.challenge)
+	case errors.As(err, &ce):
+		p = problem{Code: ce.Code(), Reason: ce.Reason(), Detail: ce.Detail()}
+		if f, ok := ce.(interface{ Fields() []registry.FieldError }); ok {
+			p.Fields = fieldProblems(f.Fields())
 		}
-		cause = ae
-	case errors.As(err, &pe):
-		p = problem{Code: pe.Code, Reason: pe.Reason, Detail: pe.Detail, Fields: fieldProblems(pe.Fields), Details: pe.Details}
-		if pe.Code == pipeline.CodeUnauthenticated {
+		if d, ok := ce.(interface{ Details() map[string]any }); ok {
+			p.Details = d.Details()
+		}
+		switch ae, _ := ce.(*apiError); {
+		case ae != nil && ae.challenge != "":
+			header.Set("WWW-Authenticate", ae.challenge)
+		case ae == nil && p.Code == pipeline.CodeUnauthenticated:
 			header.Set("WWW-Authenticate", `Bearer realm="kumiko"`)
 		}
-		cause = pe
+		cause = ce
 	case errors.As(err, &he):
 		p = echoProblem(he)
 		cause = he

@@ -83,8 +83,8 @@ func TestDeleteRestoreExpectedVersion(t *testing.T) {
 		_, err := app.Executor.Write(ctx, alice, req(typ, idPayload(expected)))
 		c, pe := code(t, err)
 		require.Equal(t, "version_conflict", c, typ)
-		require.Equal(t, "event_version_conflict", pe.Reason)
-		require.Equal(t, map[string]any{"expectedVersion": expected, "currentVersion": current}, pe.Details)
+		require.Equal(t, "event_version_conflict", pe.Reason())
+		require.Equal(t, map[string]any{"expectedVersion": expected, "currentVersion": current}, pe.Details())
 		require.Equal(t, before, events(t, app), "%s: nothing written", typ)
 	}
 

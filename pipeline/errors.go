@@ -7,10 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/kumiko-go/kumiko/consumer"
-	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
-	"github.com/kumiko-go/kumiko/internal/author"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -31,26 +28,40 @@ const (
 
 // Error is a request failure as the client may see it: a stable Code, a finer
 // Reason, a Detail sentence safe to show, and structured extras. The cause is
-// kept for logs (Unwrap) and never shown.
+// kept for logs (Unwrap) and never shown. Other packages' errors carry the
+// same methods (consumer.Error, the event store's), which is all the HTTP
+// adapter reads.
 type Error struct {
-	Code   string
-	Reason string
-	Detail string
-	// Fields lists payload problems (validation_error).
-	Fields []registry.FieldError
-	// Details carries structured extras: expectedVersion/currentVersion on
-	// conflicts, failedIndex in batches, field on unique violations.
-	Details map[string]any
-	cause   error
+	code, reason, detail string
+	fields               []registry.FieldError
+	details              map[string]any
+	cause                error
 }
 
+// Code is the stable error code, one of the Code constants.
+func (e *Error) Code() string { return e.code }
+
+// Reason is the finer reason code; the code when there is none finer.
+func (e *Error) Reason() string { return e.reason }
+
+// Detail is a sentence safe to show to a client.
+func (e *Error) Detail() string { return e.detail }
+
+// Fields lists payload problems (validation_error).
+func (e *Error) Fields() []registry.FieldError { return e.fields }
+
+// Details are structured extras: expectedVersion/currentVersion on
+// conflicts, failedIndex in batches, field on unique violations; nil when
+// there are none.
+func (e *Error) Details() map[string]any { return e.details }
+
 func (e *Error) Error() string {
-	msg := e.Code
-	if e.Reason != "" && e.Reason != e.Code {
-		msg += " (" + e.Reason + ")"
+	msg := e.code
+	if e.reason != "" && e.reason != e.code {
+		msg += " (" + e.reason + ")"
 	}
-	if e.Detail != "" {
-		msg += ": " + e.Detail
+	if e.detail != "" {
+		msg += ": " + e.detail
 	}
 	if e.cause != nil {
 		msg += ": " + e.cause.Error()
@@ -65,7 +76,7 @@ func newError(code, reason, detail string, cause error) *Error {
 	if reason == "" {
 		reason = code
 	}
-	return &Error{Code: code, Reason: reason, Detail: detail, cause: cause}
+	return &Error{code: code, reason: reason, detail: detail, cause: cause}
 }
 
 // with sets a detail and returns e, for chaining.
@@ -75,14 +86,25 @@ func (e *Error) with(key string, v any) *Error {
 }
 
 func (e *Error) set(key string, v any) {
-	if e.Details == nil {
-		e.Details = map[string]any{}
+	if e.details == nil {
+		e.details = map[string]any{}
 	}
-	e.Details[key] = v
+	e.details[key] = v
+}
+
+// contractError is an error that carries the error contract by behaviour:
+// the event store's errors, the consumer operations', a handler's panic.
+type contractError interface {
+	error
+	Code() string
+	Reason() string
+	Detail() string
 }
 
 // AsError classifies any error of a request into an *Error: the framework's
-// typed errors keep their codes, a handler's feature.Refuse becomes
+// typed errors keep their codes (an error with Code, Reason and Detail
+// methods — the event store's, the consumer operations' — keeps them and
+// its Details), a handler's feature.Refuse becomes
 // unprocessable, a handler's panic becomes internal_error (ReasonHandlerPanic),
 // a database outage (eventstore.ErrUnavailable, as eventstore.TranslateError
 // marks it where the error occurs) becomes unavailable, and everything else
@@ -95,43 +117,31 @@ func AsError(err error) *Error {
 	if errors.As(err, &pe) {
 		return pe
 	}
-	var ce *consumer.Error
-	if errors.As(err, &ce) {
-		return &Error{Code: ce.Code(), Reason: ce.Reason(), Detail: ce.Detail(), Details: ce.Details(), cause: err}
-	}
 	var (
+		ce  contractError
 		ve  *registry.ValidationError
-		vc  *eventstore.VersionConflictError
 		ref *feature.RefusedError
 		pg  *pgconn.PgError
-		pp  *author.PanicError
 	)
 	switch {
-	case errors.As(err, &pp):
-		return newError(CodeInternal, ReasonHandlerPanic, "internal error", err)
+	case errors.As(err, &ce):
+		e := newError(ce.Code(), ce.Reason(), ce.Detail(), err)
+		if d, ok := ce.(interface{ Details() map[string]any }); ok {
+			for k, v := range d.Details() {
+				e.set(k, v)
+			}
+		}
+		return e
 	case errors.As(err, &ve):
 		e := newError(CodeValidation, "", "the payload is not valid", err)
-		e.Fields = ve.Fields
+		e.fields = ve.Fields
 		return e
 	case errors.Is(err, registry.ErrUnknownType):
 		return newError(CodeNotFound, "handler_not_found", "no such handler", err)
-	case errors.As(err, &vc):
-		e := newError(CodeVersionConflict, "event_version_conflict", "the aggregate was changed by someone else; reload and retry", err)
-		e.set("expectedVersion", vc.Expected)
-		if vc.Current >= 0 {
-			e.set("currentVersion", vc.Current)
-		}
-		return e
-	case errors.Is(err, eventstore.ErrStreamArchived):
-		return newError(CodeStreamArchived, "", "the aggregate is archived", err)
-	case errors.Is(err, eventstore.ErrAggregateNotFound):
-		return newError(CodeNotFound, "aggregate_not_found", "no such aggregate", err)
 	case errors.As(err, &ref):
 		return newError(CodeUnprocessable, ref.Reason(), ref.Detail(), err)
 	case errors.As(err, &pg) && pg.Code == "23505":
 		return newError(CodeUniqueViolation, "", "a value that must be unique is already taken", err)
-	case errors.Is(err, eventstore.ErrUnavailable):
-		return newError(CodeUnavailable, "database_unavailable", "the database is unreachable; retry later", err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return newError(CodeUnavailable, "timeout", "the request was cancelled or timed out", err)
 	}
@@ -146,4 +156,4 @@ func notFoundf(reason, format string, args ...any) *Error {
 // feature's code (a command or query handler, an inline or multi-stream
 // projection's apply function) becomes in a request. The panic's value never
 // reaches the client; it is logged with its stack.
-const ReasonHandlerPanic = author.ReasonPanic
+const ReasonHandlerPanic = "handler_panic"

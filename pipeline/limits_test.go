@@ -47,7 +47,7 @@ WHERE n.nspname = $1 AND t.relname = 'kumiko_idempotency_keys' AND a.attname = '
 
 	_, err = app.Executor.Write(ctx, keyed("recent"), req("task.create", `{"title":"keyed"}`))
 	_, pe := code(t, err)
-	require.Equal(t, "already_applied", pe.Reason, "a kept key still refuses")
+	require.Equal(t, "already_applied", pe.Reason(), "a kept key still refuses")
 
 	n, err = app.Executor.PruneIdempotencyKeys(ctx, time.Now().Add(-7*24*time.Hour))
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestAsOfListConcurrencyLimit(t *testing.T) {
 	_, err = d.Query(quick, bob, asOf)
 	c, pe := code(t, err)
 	require.Equal(t, pipeline.CodeUnavailable, c, err)
-	require.Equal(t, "as_of_busy", pe.Reason)
+	require.Equal(t, "as_of_busy", pe.Reason())
 	_, err = d.Query(quick, alice, req("task.list", `{}`))
 	require.NoError(t, err, "a list of current rows is not limited")
 
@@ -133,7 +133,7 @@ func TestAsOfListTimeout(t *testing.T) {
 	}
 	c, pe := code(t, err2)
 	require.Equal(t, pipeline.CodeUnavailable, c, err2)
-	require.Equal(t, "as_of_timeout", pe.Reason)
+	require.Equal(t, "as_of_timeout", pe.Reason())
 	require.Eventually(t, func() bool { return eventsWaiters(t, app) == 0 },
 		20*time.Second, 5*time.Millisecond, "the read was cancelled in the database")
 

@@ -75,7 +75,7 @@ func code(t *testing.T, err error) (string, *pipeline.Error) {
 	require.Error(t, err)
 	var pe *pipeline.Error
 	require.ErrorAs(t, err, &pe)
-	return pe.Code, pe
+	return pe.Code(), pe
 }
 
 func events(t *testing.T, app *kumikotest.App) int {

@@ -192,8 +192,8 @@ func requirePanicError(t *testing.T, err error, value string) *pipeline.Error {
 	t.Helper()
 	c, pe := code(t, err)
 	require.Equal(t, pipeline.CodeInternal, c)
-	require.Equal(t, pipeline.ReasonHandlerPanic, pe.Reason)
-	require.Equal(t, "internal error", pe.Detail)
+	require.Equal(t, pipeline.ReasonHandlerPanic, pe.Reason())
+	require.Equal(t, "internal error", pe.Detail())
 	require.ErrorContains(t, err, "panic: "+value, "the cause keeps the value for logs")
 	return pe
 }
@@ -262,7 +262,7 @@ func TestPanickingInlineProjectionRollsBack(t *testing.T) {
 		return err
 	})
 	pe := requirePanicError(t, err, "gadget_titles cannot take it")
-	require.Equal(t, 1, pe.Details["failedIndex"])
+	require.Equal(t, 1, pe.Details()["failedIndex"])
 	require.Zero(t, iso.pool.Stat().AcquiredConns())
 	require.Zero(t, events(t, app))
 	require.Zero(t, app.Count(t, "SELECT count(*) FROM gadget_titles"))

@@ -219,7 +219,7 @@ func rdWriteErr(t *testing.T, app *kumikotest.App, c pipeline.Caller, typ, paylo
 
 // rdHasFieldError reports whether e lists a field problem at path.
 func rdHasFieldError(e *pipeline.Error, path, code string) bool {
-	for _, f := range e.Fields {
+	for _, f := range e.Fields() {
 		if f.Path == path && (code == "" || f.Code == code) {
 			return true
 		}
@@ -354,8 +354,8 @@ func TestReadListSortOrders(t *testing.T) {
 
 	t.Run("unsortable field", func(t *testing.T) {
 		e := rdQueryErr(t, app, alice, "task.list", `{"sort":[{"field":"notes"}]}`)
-		require.Equal(t, pipeline.CodeValidation, e.Code)
-		require.True(t, rdHasFieldError(e, "sort[0].field", "not_sortable"), "%+v", e.Fields)
+		require.Equal(t, pipeline.CodeValidation, e.Code())
+		require.True(t, rdHasFieldError(e, "sort[0].field", "not_sortable"), "%+v", e.Fields())
 	})
 }
 
@@ -433,8 +433,8 @@ func TestReadListLimitValidation(t *testing.T) {
 		{`{"limit":2.5}`, "type"},
 	} {
 		e := rdQueryErr(t, app, alice, "task.list", tc.payload)
-		require.Equal(t, pipeline.CodeValidation, e.Code, tc.payload)
-		require.True(t, rdHasFieldError(e, "limit", tc.code), "%s: %+v", tc.payload, e.Fields)
+		require.Equal(t, pipeline.CodeValidation, e.Code(), tc.payload)
+		require.True(t, rdHasFieldError(e, "limit", tc.code), "%s: %+v", tc.payload, e.Fields())
 	}
 	require.Len(t, rdList(t, app, alice, "task", map[string]any{"limit": 200}).rows, 1)
 	require.Len(t, rdList(t, app, alice, "task", map[string]any{"limit": 1}).rows, 1)
@@ -463,13 +463,13 @@ func TestReadListGarbageCursor(t *testing.T) {
 				p["asOf"] = asOf
 			}
 			e := rdQueryErr(t, app, alice, "task.list", rdJSON(t, p))
-			require.Equal(t, pipeline.CodeValidation, e.Code, "cursor %q asOf %q", cursor, asOf)
-			require.Equal(t, "invalid_cursor", e.Reason, "cursor %q asOf %q", cursor, asOf)
+			require.Equal(t, pipeline.CodeValidation, e.Code(), "cursor %q asOf %q", cursor, asOf)
+			require.Equal(t, "invalid_cursor", e.Reason(), "cursor %q asOf %q", cursor, asOf)
 		}
 	}
 	e := rdQueryErr(t, app, alice, "task.list", `{"cursor":42}`)
-	require.Equal(t, pipeline.CodeValidation, e.Code)
-	require.True(t, rdHasFieldError(e, "cursor", "type"), "%+v", e.Fields)
+	require.Equal(t, pipeline.CodeValidation, e.Code())
+	require.True(t, rdHasFieldError(e, "cursor", "type"), "%+v", e.Fields())
 }
 
 // A cursor that decodes but does not belong to the list (other sort keys,
@@ -496,8 +496,8 @@ func TestReadListForeignCursor(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := rdQueryErr(t, app, alice, "task.list", rdJSON(t, tc.p))
-			require.Equal(t, pipeline.CodeValidation, e.Code, "%v", e)
-			require.Equal(t, "invalid_cursor", e.Reason, "%v", e)
+			require.Equal(t, pipeline.CodeValidation, e.Code(), "%v", e)
+			require.Equal(t, "invalid_cursor", e.Reason(), "%v", e)
 		})
 	}
 }
@@ -563,8 +563,8 @@ func TestReadListFilterValidation(t *testing.T) {
 		{`{"filter":[1]}`, "filter", "type"},
 	} {
 		e := rdQueryErr(t, app, alice, "task.list", tc.payload)
-		require.Equal(t, pipeline.CodeValidation, e.Code, tc.payload)
-		require.True(t, rdHasFieldError(e, tc.path, tc.code), "%s: %+v", tc.payload, e.Fields)
+		require.Equal(t, pipeline.CodeValidation, e.Code(), tc.payload)
+		require.True(t, rdHasFieldError(e, tc.path, tc.code), "%s: %+v", tc.payload, e.Fields())
 	}
 	require.Equal(t, before, events(t, app))
 }
@@ -582,8 +582,8 @@ func TestReadListFilterUnknownFieldNull(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := rdQueryErr(t, app, alice, "task.list", p)
-			require.Equal(t, pipeline.CodeValidation, e.Code, "%s: %v", p, e)
-			require.True(t, rdHasFieldError(e, "filter.bogus", "unknown_field"), "%s: %+v", p, e.Fields)
+			require.Equal(t, pipeline.CodeValidation, e.Code(), "%s: %v", p, e)
+			require.True(t, rdHasFieldError(e, "filter.bogus", "unknown_field"), "%s: %+v", p, e.Fields())
 		})
 	}
 }
@@ -620,13 +620,13 @@ func TestReadListIncludeDeleted(t *testing.T) {
 	require.Equal(t, []string{a["id"].(string), b["id"].(string), c["id"].(string)}, ids(nil), "restored rows are back")
 
 	e := rdQueryErr(t, app, alice, "task.list", `{"includeDeleted":"yes"}`)
-	require.Equal(t, pipeline.CodeValidation, e.Code)
+	require.Equal(t, pipeline.CodeValidation, e.Code())
 
 	// An entity without soft delete has no deleted rows to include.
 	vault := kumikotest.NewApp(t, []*feature.Feature{rdVault})
 	e = rdQueryErr(t, vault, alice, "account.list", `{"includeDeleted":true}`)
-	require.Equal(t, pipeline.CodeValidation, e.Code)
-	require.True(t, rdHasFieldError(e, "includeDeleted", "unknown_field"), "%+v", e.Fields)
+	require.Equal(t, pipeline.CodeValidation, e.Code())
+	require.True(t, rdHasFieldError(e, "includeDeleted", "unknown_field"), "%+v", e.Fields())
 }
 
 // ---------------------------------------------------- 4. tenant isolation
@@ -694,7 +694,7 @@ func TestReadTenantIsolationOfWrites(t *testing.T) {
 	aliceEvents := app.Count(t, "SELECT count(*) FROM kumiko_events WHERE tenant_id = $1", tenantA)
 
 	missing := rdWriteErr(t, app, bob, "task.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"x"}}`, uuid.New()))
-	require.Equal(t, pipeline.CodeNotFound, missing.Code)
+	require.Equal(t, pipeline.CodeNotFound, missing.Code())
 
 	for _, tc := range []struct{ typ, payload string }{
 		{"task.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"stolen"}}`, x)},
@@ -706,9 +706,9 @@ func TestReadTenantIsolationOfWrites(t *testing.T) {
 		{"task.restore", fmt.Sprintf(`{"id":%q}`, x)},
 	} {
 		e := rdWriteErr(t, app, bob, tc.typ, tc.payload)
-		require.Equal(t, pipeline.CodeNotFound, e.Code, "%s %s: %v", tc.typ, tc.payload, e)
-		require.Equal(t, missing.Reason, e.Reason, "a foreign stream answers like a missing one: %s %s", tc.typ, tc.payload)
-		require.NotContains(t, e.Details, "currentVersion")
+		require.Equal(t, pipeline.CodeNotFound, e.Code(), "%s %s: %v", tc.typ, tc.payload, e)
+		require.Equal(t, missing.Reason(), e.Reason(), "a foreign stream answers like a missing one: %s %s", tc.typ, tc.payload)
+		require.NotContains(t, e.Details(), "currentVersion")
 	}
 
 	// The command path refuses too.
@@ -723,12 +723,12 @@ func TestReadTenantIsolationOfWrites(t *testing.T) {
 	})
 	c, pe = code(t, err)
 	require.Equal(t, pipeline.CodeNotFound, c)
-	require.Equal(t, 1, pe.Details["failedIndex"])
+	require.Equal(t, 1, pe.Details()["failedIndex"])
 
 	// Claiming alice's id on create cannot take over her stream.
 	_, err = app.Executor.Write(ctx, bob, req("task.create", fmt.Sprintf(`{"id":%q,"title":"mine now"}`, x)))
 	_, pe = code(t, err)
-	require.NotContains(t, pe.Details, "currentVersion", "the stream's version is not disclosed")
+	require.NotContains(t, pe.Details(), "currentVersion", "the stream's version is not disclosed")
 
 	require.Equal(t, before, events(t, app), "nothing was written")
 	require.Equal(t, aliceEvents, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE tenant_id = $1", tenantA))
@@ -840,8 +840,8 @@ func TestReadDetailAsOf(t *testing.T) {
 	// An unknown id as of any time is null; a malformed asOf is refused.
 	require.Nil(t, rdDetail(t, app, alice, "task", rdDetailAsOf(uuid.NewString(), t5)))
 	e := rdQueryErr(t, app, alice, "task.detail", fmt.Sprintf(`{"id":%q,"asOf":"yesterday"}`, id))
-	require.Equal(t, pipeline.CodeValidation, e.Code)
-	require.True(t, rdHasFieldError(e, "asOf", "type"), "%+v", e.Fields)
+	require.Equal(t, pipeline.CodeValidation, e.Code())
+	require.True(t, rdHasFieldError(e, "asOf", "type"), "%+v", e.Fields())
 }
 
 func TestReadListAsOf(t *testing.T) {
@@ -908,8 +908,8 @@ func TestReadListAsOf(t *testing.T) {
 	}
 
 	e := rdQueryErr(t, app, alice, "task.list", `{"asOf":"last tuesday"}`)
-	require.Equal(t, pipeline.CodeValidation, e.Code)
-	require.True(t, rdHasFieldError(e, "asOf", "type"), "%+v", e.Fields)
+	require.Equal(t, pipeline.CodeValidation, e.Code())
+	require.True(t, rdHasFieldError(e, "asOf", "type"), "%+v", e.Fields())
 }
 
 func TestReadListAsOfPagination(t *testing.T) {
@@ -1042,9 +1042,9 @@ func TestReadFieldReadAccess(t *testing.T) {
 		{"filter": map[string]any{"salary": 100}, "asOf": rdAt(now)},
 	} {
 		e := rdQueryErr(t, app, alice, "account.list", rdJSON(t, p))
-		require.Equal(t, pipeline.CodeAccessDenied, e.Code, "%v", p)
-		require.Equal(t, "field_access", e.Reason, "%v", p)
-		require.Equal(t, "salary", e.Details["field"], "%v", p)
+		require.Equal(t, pipeline.CodeAccessDenied, e.Code(), "%v", p)
+		require.Equal(t, "field_access", e.Reason(), "%v", p)
+		require.Equal(t, "salary", e.Details()["field"], "%v", p)
 	}
 
 	// An admin may.
@@ -1061,9 +1061,9 @@ func TestReadFieldWriteAccess(t *testing.T) {
 
 	for _, p := range []string{`{"name":"x","tier":"gold"}`, `{"name":"x","tier":"standard"}`, `{"name":"x","tier":null}`} {
 		e := rdWriteErr(t, app, alice, "account.create", p)
-		require.Equal(t, pipeline.CodeAccessDenied, e.Code, p)
-		require.Equal(t, "field_access", e.Reason, p)
-		require.Equal(t, "tier", e.Details["field"], p)
+		require.Equal(t, pipeline.CodeAccessDenied, e.Code(), p)
+		require.Equal(t, "field_access", e.Reason(), p)
+		require.Equal(t, "tier", e.Details()["field"], p)
 	}
 	require.Equal(t, 0, events(t, app), "nothing was written")
 	require.Equal(t, 0, accounts())
@@ -1081,8 +1081,8 @@ func TestReadFieldWriteAccess(t *testing.T) {
 		fmt.Sprintf(`{"id":%q,"version":1,"changes":{"name":"renamed","tier":"gold"}}`, id),
 	} {
 		e := rdWriteErr(t, app, alice, "account.update", p)
-		require.Equal(t, pipeline.CodeAccessDenied, e.Code, p)
-		require.Equal(t, "field_access", e.Reason, p)
+		require.Equal(t, pipeline.CodeAccessDenied, e.Code(), p)
+		require.Equal(t, "field_access", e.Reason(), p)
 	}
 	require.Equal(t, 1, events(t, app))
 	d := rdDetail(t, app, alice, "account", fmt.Sprintf(`{"id":%q}`, id))
@@ -1097,7 +1097,7 @@ func TestReadFieldWriteAccess(t *testing.T) {
 	})
 	c, pe := code(t, err)
 	require.Equal(t, pipeline.CodeAccessDenied, c)
-	require.Equal(t, 1, pe.Details["failedIndex"])
+	require.Equal(t, 1, pe.Details()["failedIndex"])
 	require.Equal(t, 1, events(t, app))
 	require.Equal(t, 1, accounts())
 
@@ -1158,7 +1158,7 @@ FROM kumiko_events WHERE tenant_id = $1 GROUP BY 1 ORDER BY 1 DESC`, tenantA)
 	_, err = app.Executor.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":3}`, ids[1])))
 	c, pe := code(t, err)
 	require.Equal(t, pipeline.CodeUnprocessable, c)
-	require.Equal(t, "already_done", pe.Reason)
+	require.Equal(t, "already_done", pe.Reason())
 	_, err = app.Executor.Command(ctx, alice, req("task.complete", fmt.Sprintf(`{"id":%q,"version":2}`, ids[0])))
 	c, _ = code(t, err)
 	require.Equal(t, pipeline.CodeVersionConflict, c)

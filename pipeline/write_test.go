@@ -163,7 +163,7 @@ func TestEventAndRowsCommitTogether(t *testing.T) {
 		req("note.create", `{"title":"boom-after"}`),
 	})
 	_, pe := code(t, err)
-	require.Equal(t, 2, pe.Details["failedIndex"])
+	require.Equal(t, 2, pe.Details()["failedIndex"])
 	require.Equal(t, before, counts())
 	require.Equal(t, 0, app.Count(t, "SELECT count(*) FROM read_task"))
 
@@ -186,14 +186,14 @@ func TestBatchGatesEveryRequestFirst(t *testing.T) {
 	})
 	c, pe := code(t, err)
 	require.Equal(t, "validation_error", c)
-	require.Equal(t, 1, pe.Details["failedIndex"])
+	require.Equal(t, 1, pe.Details()["failedIndex"])
 	_, err = app.Executor.Batch(ctx, alice, nil)
 	c, _ = code(t, err)
 	require.Equal(t, "validation_error", c)
 	_, err = app.Executor.Batch(ctx, alice, []pipeline.Request{req("note.list", `{}`)})
 	c, pe = code(t, err)
 	require.Equal(t, "not_found", c, "a query is not a batch command")
-	require.Equal(t, 0, pe.Details["failedIndex"])
+	require.Equal(t, 0, pe.Details()["failedIndex"])
 	require.Equal(t, 0, events(t, app))
 }
 
@@ -210,7 +210,7 @@ func TestEmitSiteRefusals(t *testing.T) {
 		_, err := app.Executor.Command(ctx, alice, req("note.emit", fmt.Sprintf(`{"id":%q,"type":%q}`, n["id"], typ)))
 		c, pe := code(t, err)
 		require.Equal(t, "internal_error", c, typ)
-		require.Contains(t, []string{"unknown_event", "foreign_event"}, pe.Reason, typ)
+		require.Contains(t, []string{"unknown_event", "foreign_event"}, pe.Reason(), typ)
 		require.Equal(t, before, events(t, app), typ)
 	}
 
@@ -218,8 +218,8 @@ func TestEmitSiteRefusals(t *testing.T) {
 	_, err := app.Executor.Command(ctx, alice, req("note.flag", fmt.Sprintf(`{"id":%q,"version":1,"reason":""}`, n["id"])))
 	c, pe := code(t, err)
 	require.Equal(t, "validation_error", c)
-	require.Equal(t, "reason", pe.Fields[0].Path)
-	require.Equal(t, "required", pe.Fields[0].Code)
+	require.Equal(t, "reason", pe.Fields()[0].Path)
+	require.Equal(t, "required", pe.Fields()[0].Code)
 
 	// Invalid request payloads never reach the handler.
 	for payload, path := range map[string]string{
@@ -231,7 +231,7 @@ func TestEmitSiteRefusals(t *testing.T) {
 		_, err := app.Executor.Write(ctx, alice, req("note.create", payload))
 		c, pe := code(t, err)
 		require.Equal(t, "validation_error", c, payload)
-		require.Equal(t, path, pe.Fields[0].Path, payload)
+		require.Equal(t, path, pe.Fields()[0].Path, payload)
 	}
 	require.Equal(t, before, events(t, app))
 }
@@ -258,7 +258,7 @@ func TestGateOrder(t *testing.T) {
 		_, err := app.Executor.Write(ctx, tc.caller, tc.req)
 		c, pe := code(t, err)
 		require.Equal(t, tc.code, c, tc.req.Type)
-		require.Equal(t, tc.reason, pe.Reason, tc.req.Type)
+		require.Equal(t, tc.reason, pe.Reason(), tc.req.Type)
 	}
 	require.Equal(t, 0, events(t, app))
 }
@@ -278,9 +278,9 @@ func TestDomainEventBumpsVersion(t *testing.T) {
 	_, err = app.Executor.Write(ctx, alice, req("note.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"y"}}`, n["id"])))
 	c, pe := code(t, err)
 	require.Equal(t, "version_conflict", c)
-	require.Equal(t, "event_version_conflict", pe.Reason)
-	require.Equal(t, 1, pe.Details["expectedVersion"])
-	require.Equal(t, 2, pe.Details["currentVersion"])
+	require.Equal(t, "event_version_conflict", pe.Reason())
+	require.Equal(t, 1, pe.Details()["expectedVersion"])
+	require.Equal(t, 2, pe.Details()["currentVersion"])
 
 	up := write(t, app, alice, "note.update", fmt.Sprintf(`{"id":%q,"version":2,"changes":{"title":"y"}}`, n["id"]))
 	require.Equal(t, float64(3), up["version"])
@@ -318,7 +318,7 @@ func TestConcurrentUpdatesOneWins(t *testing.T) {
 			}
 			var pe *pipeline.Error
 			if errors.As(err, &pe) {
-				codes[pe.Code]++
+				codes[pe.Code()]++
 			} else {
 				codes[err.Error()]++
 			}
@@ -456,13 +456,13 @@ func TestIdempotencyKeyBackstop(t *testing.T) {
 	_, err := app.Executor.Write(ctx, keyed(alice, "k-1", "h-1"), req("note.create", `{"title":"once"}`))
 	c, pe := code(t, err)
 	require.Equal(t, "idempotency_conflict", c)
-	require.Equal(t, "already_applied", pe.Reason)
+	require.Equal(t, "already_applied", pe.Reason())
 	_, err = app.Executor.Write(ctx, keyed(alice, "k-1", "h-2"), req("note.create", `{"title":"other"}`))
 	_, pe = code(t, err)
-	require.Equal(t, "key_reused", pe.Reason)
+	require.Equal(t, "key_reused", pe.Reason())
 	_, err = app.Executor.Batch(ctx, keyed(alice, "k-1", "h-1"), []pipeline.Request{req("note.create", `{"title":"once"}`)})
 	_, pe = code(t, err)
-	require.Equal(t, "already_applied", pe.Reason, "batches are keyed too")
+	require.Equal(t, "already_applied", pe.Reason(), "batches are keyed too")
 	require.Equal(t, 1, events(t, app))
 
 	// The same key of another user or tenant is another request.
@@ -488,7 +488,7 @@ func TestIdempotencyKeyBackstop(t *testing.T) {
 				return
 			}
 			var pe *pipeline.Error
-			if !errors.As(err, &pe) || pe.Reason != "already_applied" {
+			if !errors.As(err, &pe) || pe.Reason() != "already_applied" {
 				t.Errorf("duplicate: %v", err)
 			}
 		})

@@ -16,10 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ReasonPanic is the reason of the internal_error that a panic in author
-// code becomes in a request.
-const ReasonPanic = "handler_panic"
-
 // PanicError is a recovered panic of author code. Its message names the
 // value only, since it ends up in consumer and projection statuses; the
 // stack is logged once, where the panic is recovered.
@@ -33,8 +29,8 @@ func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 // Code is the stable error code of a panic: internal_error.
 func (e *PanicError) Code() string { return "internal_error" }
 
-// Reason is ReasonPanic.
-func (e *PanicError) Reason() string { return ReasonPanic }
+// Reason is handler_panic (pipeline.ReasonHandlerPanic).
+func (e *PanicError) Reason() string { return "handler_panic" }
 
 // Detail never shows the panic's value.
 func (e *PanicError) Detail() string { return "internal error" }

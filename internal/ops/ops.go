@@ -165,27 +165,30 @@ func (o *ops) run(cmd *cobra.Command, fn func(ctx context.Context, c *conn, out 
 	return cliError(fn(ctx, c, cmd.OutOrStdout()))
 }
 
-// cliError turns a pipeline error into its client-facing sentence with its
-// code and reason, which reads better on a terminal than the full chain.
+// cliError turns an error that carries the error contract (Code, Reason,
+// Detail: the pipeline's, the consumer operations', the event store's) into
+// its client-facing sentence with its code and reason, which reads better on
+// a terminal than the full chain.
 func cliError(err error) error {
-	var (
-		pe *pipeline.Error
-		ce *consumer.Error
-	)
-	if errors.As(err, &ce) {
-		pe = pipeline.AsError(err)
-	} else if err == nil || !errors.As(err, &pe) {
+	var ce interface {
+		Code() string
+		Reason() string
+		Detail() string
+	}
+	if err == nil || !errors.As(err, &ce) {
 		return err
 	}
-	msg := pe.Code
-	if pe.Reason != "" && pe.Reason != pe.Code {
-		msg = pe.Reason
+	msg := ce.Code()
+	if ce.Reason() != "" && ce.Reason() != ce.Code() {
+		msg = ce.Reason()
 	}
-	if pe.Detail != "" {
-		msg += ": " + pe.Detail
+	if ce.Detail() != "" {
+		msg += ": " + ce.Detail()
 	}
-	for _, f := range pe.Fields {
-		msg += fmt.Sprintf("\n  %s: %s", f.Path, f.Message)
+	if f, ok := ce.(interface{ Fields() []registry.FieldError }); ok {
+		for _, f := range f.Fields() {
+			msg += fmt.Sprintf("\n  %s: %s", f.Path, f.Message)
+		}
 	}
 	return errors.New(msg)
 }

@@ -49,7 +49,7 @@ func TestCompleteTask(t *testing.T) {
 	_, err = do(t, d.Command, "task.complete", fmt.Sprintf(`{"id":%q,"version":7}`, id))
 	var pe *pipeline.Error
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "version_conflict", pe.Code)
+	require.Equal(t, "version_conflict", pe.Code())
 
 	done, err := do(t, d.Command, "task.complete", fmt.Sprintf(`{"id":%q,"version":1,"note":"shipped"}`, id))
 	require.NoError(t, err)
@@ -62,8 +62,8 @@ func TestCompleteTask(t *testing.T) {
 
 	_, err = do(t, d.Command, "task.complete", fmt.Sprintf(`{"id":%q,"version":3}`, id))
 	require.True(t, errors.As(err, &pe))
-	require.Equal(t, "unprocessable", pe.Code)
-	require.Equal(t, "already_done", pe.Reason)
+	require.Equal(t, "unprocessable", pe.Code())
+	require.Equal(t, "already_done", pe.Reason())
 
 	out, err := d.Query(ctx, user, pipeline.Request{Type: "task.stats", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
