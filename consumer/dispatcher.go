@@ -150,7 +150,7 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 		}
 	}()
 	e.wg.Add(1)
-	go func() { defer e.wg.Done(); e.listen(runCtx) }()
+	go func() { defer e.wg.Done(); e.store.Listen(runCtx, e.wakeAll) }()
 	for _, c := range e.consumers {
 		wake := make(chan struct{}, 1)
 		e.wakers = append(e.wakers, wake)
@@ -244,43 +244,4 @@ const (
 func backoff(ceiling time.Duration) (next, wait time.Duration) {
 	next = min(max(2*ceiling, minBackoff), maxBackoff)
 	return next, next/2 + rand.N(next/2+1)
-}
-
-// listen wakes the loops on every notification of committed events, on a
-// connection of its own that it re-opens after failures.
-func (e *Dispatcher) listen(ctx context.Context) {
-	var ceiling time.Duration
-	for ctx.Err() == nil {
-		err := e.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		var wait time.Duration
-		ceiling, wait = backoff(ceiling)
-		e.cfg.Logger.Warn("event dispatcher: listener lost its connection; reconnecting", "in", wait, "err", err)
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
-}
-
-func (e *Dispatcher) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{e.store.NotifyChannel()}.Sanitize()); err != nil {
-		return err
-	}
-	e.wakeAll() // notifications may have been missed while disconnected
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		e.wakeAll()
-	}
 }
