@@ -101,71 +101,9 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 		if sh.status != StatusIdle {
 			return nil
 		}
-
-		h, err := e.store.HorizonTx(ctx, tx)
+		waiting, newGap, err := e.deliver(ctx, tx, c, &sh, careful, &res)
 		if err != nil {
 			return err
-		}
-		res.Head = h.LastID
-		settled := sh.cursor
-		switch {
-		case len(h.Writers) == 0:
-			settled = h.LastID
-		case sh.gapHorizon > sh.cursor && !overlaps(sh.gapWriters, h.Writers):
-			settled = sh.gapHorizon
-		}
-		evs, err := e.store.ReadRangeTx(ctx, tx, sh.cursor, h.LastID, c.BatchSize)
-		if err != nil {
-			return err
-		}
-
-		deliver := evs
-		for i, ev := range evs {
-			prev := sh.cursor
-			if i > 0 {
-				prev = evs[i-1].ID
-			}
-			if ev.ID > settled && ev.ID != prev+1 {
-				deliver = evs[:i] // an unsettled gap before ev: wait
-				break
-			}
-		}
-		applied, next, failures, failed := e.apply(ctx, tx, c, sh.cursor, deliver, careful)
-		if failed != nil && !careful {
-			return errHandlerFailed
-		}
-		res.Handled, res.Failed, res.applied, res.failures = len(applied), failed, applied, failures
-
-		switch {
-		case failed != nil && !c.SkipApplyErrors:
-			sh.attempts++
-			sh.lastError = author.Storable(failed.Error(), 2000)
-			if sh.attempts >= c.MaxAttempts {
-				sh.status = StatusDead
-			}
-		case len(deliver) > 0:
-			sh.attempts, sh.lastError = 0, ""
-		}
-		if failed == nil && len(deliver) == len(evs) && len(evs) < c.BatchSize {
-			// Everything visible up to the settled point is done: what is
-			// missing below it will never appear.
-			next = max(next, min(settled, h.LastID))
-		}
-		res.More = len(evs) == c.BatchSize && (failed == nil || c.SkipApplyErrors)
-		// Waiting: committed events are held back by a gap, not by a
-		// failing handler.
-		waiting := len(deliver) < len(evs) && (failed == nil || c.SkipApplyErrors)
-		newGap := len(deliver) < len(evs) && (sh.gapHorizon <= next || overlapsNone(sh.gapWriters, h.Writers))
-		if newGap {
-			// A new gap: remember what settles it.
-			sh.gapHorizon, sh.gapWriters = h.LastID, h.Writers
-		}
-		if sh.gapHorizon <= next {
-			sh.gapHorizon, sh.gapWriters = 0, []string{}
-		}
-		sh.cursor, res.Cursor = next, next
-		if waiting && !newGap && sh.gapWait != nil {
-			res.GapWait = time.Duration(*sh.gapWait * float64(time.Second))
 		}
 		if sh.unchanged(before, waiting, newGap) {
 			return nil // an idle pass writes nothing
@@ -181,6 +119,92 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 		e.metrics.failed(c.Name, res.failures)
 	}
 	return res, err
+}
+
+// deliver reads the batch after the cursor of an idle shard, applies what
+// is settled of it and moves sh to where the pass ends — cursor, attempts,
+// error, gap bookkeeping — recording in res what it did. waiting reports
+// that committed events are held back by a gap (not by a failing handler);
+// newGap that the gap was first seen now. Without careful, a failing
+// handler ends it with errHandlerFailed.
+func (e *Dispatcher) deliver(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard, careful bool, res *PassResult) (waiting, newGap bool, err error) {
+	h, err := e.store.HorizonTx(ctx, tx)
+	if err != nil {
+		return false, false, err
+	}
+	res.Head = h.LastID
+	settled := sh.settled(h)
+	evs, err := e.store.ReadRangeTx(ctx, tx, sh.cursor, h.LastID, c.BatchSize)
+	if err != nil {
+		return false, false, err
+	}
+	deliver := deliverable(evs, sh.cursor, settled)
+	applied, next, failures, failed := e.apply(ctx, tx, c, sh.cursor, deliver, careful)
+	if failed != nil && !careful {
+		return false, false, errHandlerFailed
+	}
+	res.Handled, res.Failed, res.applied, res.failures = len(applied), failed, applied, failures
+
+	switch {
+	case failed != nil && !c.SkipApplyErrors:
+		sh.attempts++
+		sh.lastError = author.Storable(failed.Error(), 2000)
+		if sh.attempts >= c.MaxAttempts {
+			sh.status = StatusDead
+		}
+	case len(deliver) > 0:
+		sh.attempts, sh.lastError = 0, ""
+	}
+	if failed == nil && len(deliver) == len(evs) && len(evs) < c.BatchSize {
+		// Everything visible up to the settled point is done: what is
+		// missing below it will never appear.
+		next = max(next, min(settled, h.LastID))
+	}
+	res.More = len(evs) == c.BatchSize && (failed == nil || c.SkipApplyErrors)
+	waiting = len(deliver) < len(evs) && (failed == nil || c.SkipApplyErrors)
+	newGap = len(deliver) < len(evs) && (sh.gapHorizon <= next || overlapsNone(sh.gapWriters, h.Writers))
+	if newGap {
+		// A new gap: remember what settles it.
+		sh.gapHorizon, sh.gapWriters = h.LastID, h.Writers
+	}
+	if sh.gapHorizon <= next {
+		sh.gapHorizon, sh.gapWriters = 0, []string{}
+	}
+	sh.cursor, res.Cursor = next, next
+	if waiting && !newGap && sh.gapWait != nil {
+		res.GapWait = time.Duration(*sh.gapWait * float64(time.Second))
+	}
+	return waiting, newGap, nil
+}
+
+// settled is how far the log is settled for the shard as of h: every id up
+// to it is committed or gone for good. With no event writer in flight that
+// is the newest id; past a recorded gap whose writers have all ended, the
+// gap's horizon; otherwise only the cursor.
+func (sh shard) settled(h eventstore.Horizon) int64 {
+	switch {
+	case len(h.Writers) == 0:
+		return h.LastID
+	case sh.gapHorizon > sh.cursor && !overlaps(sh.gapWriters, h.Writers):
+		return sh.gapHorizon
+	}
+	return sh.cursor
+}
+
+// deliverable is the prefix of evs (read after cursor) that may be
+// delivered: it ends before the first event behind an unsettled gap — an
+// event above settled that does not directly follow the one before it.
+func deliverable(evs []eventstore.Event, cursor, settled int64) []eventstore.Event {
+	for i, ev := range evs {
+		prev := cursor
+		if i > 0 {
+			prev = evs[i-1].ID
+		}
+		if ev.ID > settled && ev.ID != prev+1 {
+			return evs[:i] // an unsettled gap before ev: wait
+		}
+	}
+	return evs
 }
 
 // lockShard reads the shard's row for a pass, locked unless the pass has

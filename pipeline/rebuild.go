@@ -440,7 +440,6 @@ func (r *rebuild) apply(ctx context.Context, db feature.DB, tx pgx.Tx, ev events
 // the replay and put the shadow table in the live table's place.
 func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 	return func(tx pgx.Tx) error {
-		d := r.d
 		cursor, applied, quarantined := r.cursor, r.res.Applied, r.res.Quarantined
 		ok := false
 		defer func() {
@@ -451,57 +450,17 @@ func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+swapLockTimeout+`'`); err != nil {
 			return err
 		}
-		if r.t.kind == ProjectionInline {
-			// Writers of the live table wait from here until the commit;
-			// every event committed now has its row in the live table and
-			// is replayed below; every other one is applied by its writer
-			// after the commit, to the table then called by the live name.
-			if _, err := tx.Exec(ctx, `LOCK TABLE `+r.live+` IN ACCESS EXCLUSIVE MODE`); err != nil {
-				return err
-			}
-			for {
-				next, err := r.applyBatch(ctx, tx, r.cursor, math.MaxInt64, false)
-				if err != nil {
-					return err
-				}
-				if next == math.MaxInt64 {
-					break
-				}
-				r.cursor = next
-			}
-			var last int64
-			if err := tx.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+d.qualify("kumiko_events")).Scan(&last); err != nil {
-				return err
-			}
-			r.cursor = max(r.cursor, last)
-		} else {
-			// Only the consumer's pass writes the table: holding its rows
-			// (waiting for a running pass) stops it while the rest is
-			// replayed up to a settled horizon and the cursor is moved.
-			shards, err := d.consumers.LockShardsTx(ctx, tx, r.t.name)
-			if err != nil {
-				return err
-			}
-			h, err := r.settled(ctx, tx)
-			if err != nil {
-				return err
-			}
-			for r.cursor < h.LastID {
-				if r.cursor, err = r.applyBatch(ctx, tx, r.cursor, h.LastID, false); err != nil {
-					return err
-				}
-			}
-			if err := d.consumers.MoveShardsTx(ctx, tx, r.t.name, r.cursor, shards, r.t.msp.Delivery() != feature.PerInstance); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `LOCK TABLE `+r.live+` IN ACCESS EXCLUSIVE MODE`); err != nil {
-				return err
-			}
+		catchUp := r.catchUpInline
+		if r.t.kind != ProjectionInline {
+			catchUp = r.catchUpMSP
+		}
+		if err := catchUp(ctx, tx); err != nil {
+			return err
 		}
 		if err := r.replace(ctx, tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE `+d.qualify("kumiko_projections")+`
+		if _, err := tx.Exec(ctx, `UPDATE `+r.d.qualify("kumiko_projections")+`
 SET status = 'ready', last_processed_event_id = $2, last_rebuild_at = now(), last_error = '', updated_at = now()
 WHERE name = $1`, r.t.name, r.cursor); err != nil {
 			return err
@@ -511,6 +470,59 @@ WHERE name = $1`, r.t.name, r.cursor); err != nil {
 		ok = true
 		return nil
 	}
+}
+
+// catchUpInline replays, in the swap transaction, an inline projection's
+// events committed since the replay, with the live table locked: writers of
+// the live table wait from here until the commit; every event committed now
+// has its row in the live table and is replayed here; every other one is
+// applied by its writer after the commit, to the table then called by the
+// live name.
+func (r *rebuild) catchUpInline(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+r.live+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return err
+	}
+	for {
+		next, err := r.applyBatch(ctx, tx, r.cursor, math.MaxInt64, false)
+		if err != nil {
+			return err
+		}
+		if next == math.MaxInt64 {
+			break
+		}
+		r.cursor = next
+	}
+	var last int64
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+r.d.qualify("kumiko_events")).Scan(&last); err != nil {
+		return err
+	}
+	r.cursor = max(r.cursor, last)
+	return nil
+}
+
+// catchUpMSP replays, in the swap transaction, a multi-stream projection's
+// events up to a settled horizon and moves its consumer there. Only the
+// consumer's pass writes the table: holding its rows (waiting for a running
+// pass) stops it until the commit.
+func (r *rebuild) catchUpMSP(ctx context.Context, tx pgx.Tx) error {
+	shards, err := r.d.consumers.LockShardsTx(ctx, tx, r.t.name)
+	if err != nil {
+		return err
+	}
+	h, err := r.settled(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for r.cursor < h.LastID {
+		if r.cursor, err = r.applyBatch(ctx, tx, r.cursor, h.LastID, false); err != nil {
+			return err
+		}
+	}
+	if err := r.d.consumers.MoveShardsTx(ctx, tx, r.t.name, r.cursor, shards, r.t.msp.Delivery() != feature.PerInstance); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `LOCK TABLE `+r.live+` IN ACCESS EXCLUSIVE MODE`)
+	return err
 }
 
 // replace drops the live table and renames the shadow table and its
