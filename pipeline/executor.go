@@ -59,6 +59,7 @@ type Executor struct {
 	schema  string
 	log     *slog.Logger
 	metrics *metrics
+	sql     queries
 	// consumers operates the state of the multi-stream projections'
 	// consumers, which a rebuild stops and moves.
 	consumers *consumer.Ops
@@ -84,7 +85,7 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	}
 	d := &Executor{
 		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
-		metrics: m, consumers: consumer.NewOps(store), entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
+		metrics: m, sql: newQueries(store.Schema()), consumers: consumer.NewOps(store), entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
 	}
 	if cfg.AsOfConcurrency == 0 {
 		cfg.AsOfConcurrency = DefaultAsOfConcurrency

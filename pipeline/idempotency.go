@@ -21,9 +21,7 @@ func (d *Executor) recordKey(ctx context.Context, tx pgx.Tx, c *Caller) error {
 	if c.IdempotencyKey == "" {
 		return nil
 	}
-	table := d.qualify("kumiko_idempotency_keys")
-	tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (tenant_id, user_id, key, request_hash) VALUES ($1, $2, $3, $4)
-ON CONFLICT DO NOTHING`, table), [16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey, c.RequestHash)
+	tag, err := tx.Exec(ctx, d.sql.recordKey, [16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey, c.RequestHash)
 	if err != nil {
 		return fmt.Errorf("record idempotency key: %w", err)
 	}
@@ -31,7 +29,7 @@ ON CONFLICT DO NOTHING`, table), [16]byte(c.User.TenantID), c.User.ID, c.Idempot
 		return nil
 	}
 	var hash string
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT request_hash FROM %s WHERE tenant_id = $1 AND user_id = $2 AND key = $3`, table),
+	if err := tx.QueryRow(ctx, d.sql.keyHash,
 		[16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey).Scan(&hash); err != nil {
 		return fmt.Errorf("read idempotency key: %w", err)
 	}
@@ -55,12 +53,9 @@ const pruneKeysChunk = 10_000
 // It deletes in chunks of 10,000 rows, each its own statement, found through
 // the index on created_at: a large backlog never holds many locks for long.
 func (d *Executor) PruneIdempotencyKeys(ctx context.Context, olderThan time.Time) (int64, error) {
-	table := d.qualify("kumiko_idempotency_keys")
-	sql := fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM %[1]s WHERE created_at < $1 LIMIT %[2]d))`, table, pruneKeysChunk)
 	var total int64
 	for {
-		tag, err := d.pool.Exec(ctx, sql, olderThan)
+		tag, err := d.pool.Exec(ctx, d.sql.pruneKeys, olderThan)
 		if err != nil {
 			return total, fmt.Errorf("prune idempotency keys: %w", err)
 		}

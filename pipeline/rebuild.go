@@ -222,12 +222,10 @@ func (r *rebuild) run(ctx context.Context) error {
 	d := r.d
 	// (1) status, (2) a fresh shadow table.
 	err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO `+d.qualify("kumiko_projections")+` AS p (name, status, last_error, updated_at)
-VALUES ($1, 'rebuilding', '', now())
-ON CONFLICT (name) DO UPDATE SET status = 'rebuilding', last_processed_event_id = 0, last_error = '', updated_at = now()`, r.t.name); err != nil {
+		if _, err := tx.Exec(ctx, d.sql.markRebuilding, r.t.name); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM `+d.qualify("kumiko_projection_quarantine")+` WHERE projection = $1`, r.t.name); err != nil {
+		if _, err := tx.Exec(ctx, d.sql.clearQuarantine, r.t.name); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+d.qualify(r.shadow)); err != nil {
@@ -343,8 +341,7 @@ func (r *rebuild) replayChunk(ctx context.Context, upTo int64, batched bool) err
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE `+r.d.qualify("kumiko_projections")+`
-SET last_processed_event_id = $2, updated_at = now() WHERE name = $1`, r.t.name, next); err != nil {
+		if _, err := tx.Exec(ctx, r.d.sql.progress, r.t.name, next); err != nil {
 			return err
 		}
 		r.cursor = next
@@ -401,8 +398,7 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, 
 		if ctx.Err() != nil {
 			return 0, err
 		}
-		if _, qerr := tx.Exec(ctx, `INSERT INTO `+r.d.qualify("kumiko_projection_quarantine")+` (projection, event_id, error)
-VALUES ($1, $2, $3) ON CONFLICT (projection, event_id) DO UPDATE SET error = EXCLUDED.error, created_at = now()`,
+		if _, qerr := tx.Exec(ctx, r.d.sql.quarantine,
 			r.t.name, ev.ID, author.Storable(err.Error(), 2000)); qerr != nil {
 			return 0, errors.Join(err, qerr)
 		}
@@ -460,9 +456,7 @@ func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 		if err := r.replace(ctx, tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE `+r.d.qualify("kumiko_projections")+`
-SET status = 'ready', last_processed_event_id = $2, last_rebuild_at = now(), last_error = '', updated_at = now()
-WHERE name = $1`, r.t.name, r.cursor); err != nil {
+		if _, err := tx.Exec(ctx, r.d.sql.markReady, r.t.name, r.cursor); err != nil {
 			return err
 		}
 		r.res.LastEventID = r.cursor
@@ -562,9 +556,7 @@ func (r *rebuild) fail(ctx context.Context, cause error) {
 	if _, err := d.pool.Exec(ctx, `DROP TABLE IF EXISTS `+d.qualify(r.shadow)); err != nil {
 		d.log.Error("rebuild: drop shadow table", "projection", r.t.name, "error", err)
 	}
-	if _, err := d.pool.Exec(ctx, `INSERT INTO `+d.qualify("kumiko_projections")+` AS p (name, status, last_error, updated_at)
-VALUES ($1, 'failed', $2, now())
-ON CONFLICT (name) DO UPDATE SET status = 'failed', last_error = EXCLUDED.last_error, updated_at = now()`,
+	if _, err := d.pool.Exec(ctx, d.sql.markFailed,
 		r.t.name, author.Storable(cause.Error(), 2000)); err != nil {
 		d.log.Error("rebuild: record failure", "projection", r.t.name, "error", err)
 	}
@@ -589,7 +581,7 @@ func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, 
 		for _, t := range targets {
 			s := ProjectionStatus{Name: t.name, Kind: t.kind, Status: ProjectionReady}
 			var stored int64
-			err := tx.QueryRow(ctx, `SELECT status, last_processed_event_id, last_rebuild_at, last_error FROM `+d.qualify("kumiko_projections")+` WHERE name = $1`,
+			err := tx.QueryRow(ctx, d.sql.projectionState,
 				t.name).Scan(&s.Status, &stored, &s.LastRebuildAt, &s.LastError)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
