@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"testing"
 
 	"github.com/google/uuid"
@@ -82,18 +81,6 @@ func events(t *testing.T, app *kumikotest.App) int {
 	return app.Count(t, "SELECT count(*) FROM kumiko_events")
 }
 
-// withAppName returns the test database URL with an application_name, so a
-// test can find (and terminate) exactly its own connections.
-func withAppName(t *testing.T, db *kumikotest.DB, name string) string {
-	t.Helper()
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("application_name", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 // recorder is a consumer that writes every event it applies into a table in
 // the pass transaction, keyed by event id: a duplicate apply fails loudly.
 func recorder(t *testing.T, db *kumikotest.DB, name string, delivery feature.Delivery) consumer.Consumer {
@@ -108,14 +95,4 @@ func recorder(t *testing.T, db *kumikotest.DB, name string, delivery feature.Del
 			return err
 		},
 	}
-}
-
-// seen lists the event ids a recorder applied, in the order it applied them.
-func seen(t *testing.T, db *kumikotest.DB, name string) []int64 {
-	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), "SELECT event_id FROM seen_"+name+" ORDER BY seq")
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	return ids
 }

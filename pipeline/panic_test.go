@@ -113,7 +113,10 @@ type isolated struct {
 func isolate(t *testing.T, app *kumikotest.App) *isolated {
 	t.Helper()
 	name := "iso-" + app.Schema
-	pool, err := pgxpool.New(ctx, withAppName(t, app.DB, name))
+	cfg, err := pgxpool.ParseConfig(app.DB.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = name // to find its connections
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	store, err := eventstore.New(pool, eventstore.Config{Schema: app.Schema, Upcaster: app.Registry})
 	require.NoError(t, err)
@@ -233,7 +236,7 @@ func TestPanickingCommandRollsBack(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := e.RunPass(ctx, "after_panic")
 		require.NoError(t, err)
-		return len(seen(t, app.DB, "after_panic")) == 1
+		return app.Count(t, "SELECT count(*) FROM seen_after_panic") == 1
 	}, 10*time.Second, 10*time.Millisecond, "the consumer passes the rolled-back id")
 	iso.requireClosable(t)
 }
@@ -348,7 +351,7 @@ func TestPanickingConsumersGoDead(t *testing.T) {
 				return false
 			}
 		}
-		return len(seen(t, app.DB, "calm")) == 3
+		return app.Count(t, "SELECT count(*) FROM seen_calm") == 3
 	}, 20*time.Second, 10*time.Millisecond, "the panicking consumers die, the others are delivered")
 	for name, value := range map[string]string{"grumpy": "grumpy went wrong", "grumpy-batch": "grumpy batch went wrong", "gizmo-watch": "watch went wrong"} {
 		s := stateOf(name)
