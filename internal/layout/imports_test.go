@@ -1,0 +1,52 @@
+package layout_test
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/kumiko-go/kumiko/"
+
+// forbidden lists, per package, the framework packages it must not import
+// (directly; the build forbids the cycles that would import them through
+// another).
+var forbidden = map[string][]string{
+	// The dispatcher knows the event store only: the executor turns its
+	// own multi-stream projections into consumers.
+	"consumer":   {"pipeline", "registry", "http", "kumiko", "cli", "internal/ops"},
+	"eventstore": {"feature", "registry", "pipeline", "consumer", "http", "kumiko", "cli", "internal/ops"},
+	"pipeline":   {"http", "kumiko", "cli", "internal/ops"},
+}
+
+func TestPackagesImportOnlyDownwards(t *testing.T) {
+	for pkg, banned := range forbidden {
+		files, err := filepath.Glob(filepath.Join("../..", pkg, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) == 0 {
+			t.Fatalf("no Go files in %s", pkg)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range file.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				for _, b := range banned {
+					if path == module+b {
+						t.Errorf("%s imports %s", filepath.ToSlash(f), path)
+					}
+				}
+			}
+		}
+	}
+}
