@@ -81,6 +81,7 @@ func TestStoreErrorsAreTranslated(t *testing.T) {
 	cfg, err := pgxpool.ParseConfig(proxy.URL(db.URL))
 	require.NoError(t, err)
 	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	cfg.MaxConns = 1 // one connection, so every cut and every count is exact
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
