@@ -272,114 +272,167 @@ func (s *Server) events(c echo.Context) error {
 	if !u.Authenticated {
 		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to follow events", nil)
 	}
-	types, err := sseTypes(c.QueryParam("types"))
+	req, err := parseEventsRequest(c)
 	if err != nil {
 		return err
 	}
-	after, resume, err := sseResumePoint(c)
-	if err != nil {
-		return err
-	}
-	var typeSet map[string]bool
-	if types != nil {
-		typeSet = make(map[string]bool, len(types))
-		for _, t := range types {
-			typeSet[t] = true
-		}
-	}
-	cl, position, positioned, err := s.hub.subscribe(u.TenantID, typeSet)
+	cl, position, positioned, err := s.hub.subscribe(u.TenantID, req.typeSet)
 	if err != nil {
 		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
 	}
 	defer s.hub.unsubscribe(cl)
 
-	ctx := c.Request().Context()
 	var replay func() (eventstore.Event, error, bool)
-	if resume {
+	if req.resume {
 		var stop func()
-		replay, stop, err = replayFirst(s.store.ReadAll(ctx, after, eventstore.ReadFilter{TenantID: u.TenantID, Types: types}))
+		replay, stop, err = replayFirst(s.store.ReadAll(c.Request().Context(), req.after,
+			eventstore.ReadFilter{TenantID: u.TenantID, Types: req.types}))
 		defer stop()
 		if err != nil {
 			return pipeline.AsError(err) // nothing is sent yet: an outage is a 503
 		}
 	}
 
-	res := c.Response()
-	rc := http.NewResponseController(res)
-	// A stream outlives the server's read and write timeouts: it clears
-	// them (each write below sets its own deadline), and a client that goes
-	// away is still noticed by the server's read of the connection.
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve more requests
-	h := res.Header()
-	h.Set(echo.HeaderContentType, contentTypeEventStream)
-	h.Set(echo.HeaderCacheControl, "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	res.WriteHeader(http.StatusOK)
-	w := &sseWriter{res: res, rc: rc}
+	w := startStream(c)
+	defer w.release()
 	if err := w.flush(); err != nil {
 		return nil // the client is gone
 	}
 
 	// The stream ends when the caller's token does: a stream must not
 	// outlive the authority it was opened with.
-	var expired <-chan time.Time
+	st := &sseStream{c: c, cl: cl, w: w}
 	if exp, ok := tokenExpiryOf(c); ok {
 		t := time.NewTimer(time.Until(exp))
 		defer t.Stop()
-		expired = t.C
+		st.expired = t.C
 	}
 
-	log := infoOf(c).log
-	// sent holds the ids the replay sent beyond the hub's position, which
-	// the live feed brings again.
 	var sent []int64
-	if resume {
-		for ev, err, ok := replay(); ok; ev, err, ok = replay() {
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Error("event stream: replay failed", "after", after, "err", err)
-				}
-				return nil // the client resumes from what it got
-			}
-			if positioned && ev.ID > position {
-				break // the live feed brings the rest, in order
-			}
-			if err := w.write(renderEvent(ev)); err != nil {
-				return nil
-			}
-			if !positioned {
-				sent = append(sent, ev.ID)
-			}
-			select {
-			case <-cl.gone:
-				return s.streamEnded(c, cl)
-			case <-expired:
-				return w.end(tokenExpiredFrame)
-			default:
-			}
-		}
-		if err := w.flush(); err != nil {
-			return nil
+	if req.resume {
+		var done bool
+		if sent, done, err = s.replay(st, replay, req.after, position, positioned); done {
+			return err
 		}
 	}
+	return s.live(st, req, sent)
+}
 
+// eventsRequest is what a GET /api/events asks for: the event types (nil
+// and an empty typeSet mean every type) and the resume point, if any.
+type eventsRequest struct {
+	types   []string
+	typeSet map[string]bool
+	after   int64 // the id of the last event the client has
+	resume  bool  // after is set: replay from the store first
+}
+
+// parseEventsRequest reads ?types=, then Last-Event-ID or ?after=; a
+// malformed one is a 400 before anything is subscribed.
+func parseEventsRequest(c echo.Context) (eventsRequest, error) {
+	types, err := sseTypes(c.QueryParam("types"))
+	if err != nil {
+		return eventsRequest{}, err
+	}
+	after, resume, err := sseResumePoint(c)
+	if err != nil {
+		return eventsRequest{}, err
+	}
+	req := eventsRequest{types: types, after: after, resume: resume}
+	if types != nil {
+		req.typeSet = make(map[string]bool, len(types))
+		for _, t := range types {
+			req.typeSet[t] = true
+		}
+	}
+	return req, nil
+}
+
+// startStream answers 200 with the event-stream headers; the caller
+// flushes them and calls release when the stream ends.
+func startStream(c echo.Context) *sseWriter {
+	res := c.Response()
+	rc := http.NewResponseController(res)
+	// A stream outlives the server's read and write timeouts: it clears
+	// them (each write sets its own deadline), and a client that goes
+	// away is still noticed by the server's read of the connection.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := res.Header()
+	h.Set(echo.HeaderContentType, contentTypeEventStream)
+	h.Set(echo.HeaderCacheControl, "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	res.WriteHeader(http.StatusOK)
+	return &sseWriter{res: res, rc: rc}
+}
+
+// sseStream is one open stream: its request, its hub client, its writer
+// and when its token expires (nil: never).
+type sseStream struct {
+	c       echo.Context
+	cl      *sseClient
+	w       *sseWriter
+	expired <-chan time.Time
+}
+
+// replay sends the stored events after the resume point, up to the hub's
+// position when it has one (the live feed brings the rest, in order). It
+// returns the ids it sent beyond that position, which the live feed
+// brings again; done means the stream is over and events returns err.
+func (s *Server) replay(st *sseStream, next func() (eventstore.Event, error, bool), after, position int64, positioned bool) (sent []int64, done bool, err error) {
+	ctx := st.c.Request().Context()
+	for ev, err, ok := next(); ok; ev, err, ok = next() {
+		if err != nil {
+			if ctx.Err() == nil {
+				infoOf(st.c).log.Error("event stream: replay failed", "after", after, "err", err)
+			}
+			return nil, true, nil // the client resumes from what it got
+		}
+		if positioned && ev.ID > position {
+			break // the live feed brings the rest, in order
+		}
+		if err := st.w.write(renderEvent(ev)); err != nil {
+			return nil, true, nil
+		}
+		if !positioned {
+			sent = append(sent, ev.ID)
+		}
+		select {
+		case <-st.cl.gone:
+			return nil, true, s.streamEnded(st.c, st.cl)
+		case <-st.expired:
+			return nil, true, st.w.end(tokenExpiredFrame)
+		default:
+		}
+	}
+	if err := st.w.flush(); err != nil {
+		return nil, true, nil
+	}
+	return sent, false, nil
+}
+
+// live sends the hub's frames as they come, skipping those the client has
+// (up to its resume point, or sent by the replay), flushing once a burst
+// is written, and a heartbeat every SSEHeartbeat; it returns when the
+// client goes, the hub drops it or its token expires.
+func (s *Server) live(st *sseStream, req eventsRequest, sent []int64) error {
+	ctx := st.c.Request().Context()
+	cl, w := st.cl, st.w
 	beat := time.NewTicker(s.cfg.SSEHeartbeat)
 	defer beat.Stop()
 	dirty := false // frames written but not flushed
 	for {
 		select {
 		case <-cl.gone:
-			return s.streamEnded(c, cl)
+			return s.streamEnded(st.c, cl)
 		default:
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-cl.gone:
-			return s.streamEnded(c, cl)
-		case <-expired:
+			return s.streamEnded(st.c, cl)
+		case <-st.expired:
 			return w.end(tokenExpiredFrame)
 		case <-beat.C:
 			if err := w.writeRaw(heartbeatFrame); err != nil {
@@ -394,7 +447,7 @@ func (s *Server) events(c echo.Context) error {
 				sent = sent[1:]
 			}
 			switch {
-			case resume && f.id <= after: // the client had it already
+			case req.resume && f.id <= req.after: // the client had it already
 			case len(sent) > 0 && sent[0] == f.id: // replayed already
 				sent = sent[1:]
 			default:
@@ -428,6 +481,10 @@ type sseWriter struct {
 	res *echo.Response
 	rc  *http.ResponseController
 }
+
+// release clears the write deadline: the connection may serve more
+// requests after the stream.
+func (w *sseWriter) release() { _ = w.rc.SetWriteDeadline(time.Time{}) }
 
 func (w *sseWriter) write(frame []byte, err error) error {
 	if err != nil {
