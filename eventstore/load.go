@@ -117,14 +117,10 @@ func (s *Store) ReadAll(ctx context.Context, after int64, f ReadFilter) iter.Seq
 	if size <= 0 {
 		size = 500
 	}
-	var tenant *[16]byte
-	if f.TenantID != uuid.Nil {
-		t := [16]byte(f.TenantID)
-		tenant = &t
-	}
+	filter := f.args()
 	return func(yield func(Event, error) bool) {
 		for {
-			rows, err := s.pool.Query(ctx, s.sql.readAll, after, tenant, nilIfEmpty(f.AggregateTypes), nilIfEmpty(f.Types), size)
+			rows, err := s.pool.Query(ctx, s.sql.readAll, append(append([]any{after}, filter...), size)...)
 			if err != nil {
 				yield(Event{}, TranslateError(fmt.Errorf("read all after %d: %w", after, err)))
 				return

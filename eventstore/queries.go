@@ -16,6 +16,7 @@ type queries struct {
 	notify, listen                            string
 	lastID, writers, readRange                string
 	head, tailStart                           string
+	filteredHead, filteredCount               string
 	pruneNewest, pruneCount, pruneDelete      string
 }
 
@@ -162,6 +163,16 @@ ORDER BY id DESC LIMIT $4) last`),
 		// the guard lets go. pruneNewest finds what the guard is asked
 		// about; the count (a dry run) and the delete carry id <= $3, since
 		// an event committing after pruneNewest may match the rest.
+		// The highest id, and the count of events after $4 up to $5 (0: no
+		// bound), among those matching readAll's filters ($1–$3).
+		filteredHead: r.Replace(`
+SELECT COALESCE(max(id), 0) FROM {events}
+WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
+	AND ($3::text[] IS NULL OR type = ANY ($3))`),
+		filteredCount: r.Replace(`
+SELECT count(*) FROM {events}
+WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
+	AND ($3::text[] IS NULL OR type = ANY ($3)) AND id > $4 AND ($5 = 0 OR id <= $5)`),
 		pruneNewest: r.Replace(`
 SELECT COALESCE(max(id), 0) FROM {events} WHERE created_at < $1 AND aggregate_type = ANY($2)`),
 		pruneCount: r.Replace(`

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -24,12 +23,7 @@ func (s *Store) TailStart(ctx context.Context, f ReadFilter, n int) (int64, erro
 		}
 		return pos, nil
 	}
-	var tenant *[16]byte
-	if f.TenantID != uuid.Nil {
-		t := [16]byte(f.TenantID)
-		tenant = &t
-	}
-	err := s.pool.QueryRow(ctx, s.sql.tailStart, tenant, nilIfEmpty(f.AggregateTypes), nilIfEmpty(f.Types), n).Scan(&pos)
+	err := s.pool.QueryRow(ctx, s.sql.tailStart, append(f.args(), n)...).Scan(&pos)
 	if err != nil {
 		return 0, TranslateError(fmt.Errorf("tail start: %w", err))
 	}

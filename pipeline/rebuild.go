@@ -147,13 +147,13 @@ func (t rebuildTarget) wants(ev eventstore.Event) bool {
 	return false
 }
 
-// eventFilter is the SQL condition selecting the target's events; args
-// start at $1.
-func (t rebuildTarget) eventFilter() (string, []any) {
+// filter selects the target's events: an inline projection's event types
+// of its source aggregate type, a multi-stream projection's event types.
+func (t rebuildTarget) filter() eventstore.ReadFilter {
 	if t.kind == ProjectionInline {
-		return "aggregate_type = $1 AND type = ANY ($2)", []any{t.source, t.types}
+		return eventstore.ReadFilter{AggregateTypes: []string{t.source}, Types: t.types}
 	}
-	return "type = ANY ($1)", []any{t.types}
+	return eventstore.ReadFilter{Types: t.types}
 }
 
 // rebuild is one running RebuildProjection.
@@ -298,14 +298,8 @@ func (r *rebuild) settled(ctx context.Context, tx pgx.Tx) (eventstore.Horizon, e
 }
 
 // count counts the target's events with after < id ≤ upTo.
-func (r *rebuild) count(ctx context.Context, db pgx.Tx, after, upTo int64) (int64, error) {
-	cond, args := r.t.eventFilter()
-	n := len(args)
-	args = append(args, after, upTo)
-	var c int64
-	err := db.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s AND id > $%d AND id <= $%d`,
-		r.d.qualify("kumiko_events"), cond, n+1, n+2), args...).Scan(&c)
-	return c, err
+func (r *rebuild) count(ctx context.Context, tx pgx.Tx, after, upTo int64) (int64, error) {
+	return r.d.store.CountTx(ctx, tx, r.t.filter(), after, upTo)
 }
 
 // replay applies the events after the cursor up to upTo (settled) to the
@@ -486,8 +480,8 @@ func (r *rebuild) catchUpInline(ctx context.Context, tx pgx.Tx) error {
 		}
 		r.cursor = next
 	}
-	var last int64
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+r.d.qualify("kumiko_events")).Scan(&last); err != nil {
+	last, err := r.d.store.HeadTx(ctx, tx, eventstore.ReadFilter{})
+	if err != nil {
 		return err
 	}
 	r.cursor = max(r.cursor, last)
@@ -586,8 +580,7 @@ func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, 
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			cond, args := t.eventFilter()
-			if err := tx.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+d.qualify("kumiko_events")+` WHERE `+cond, args...).Scan(&s.Head); err != nil {
+			if s.Head, err = d.store.HeadTx(ctx, tx, t.filter()); err != nil {
 				return err
 			}
 			switch {
@@ -601,9 +594,7 @@ func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, 
 				s.Cursor = stored
 			}
 			if s.Cursor < s.Head {
-				n := len(args)
-				if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s AND id > $%d`, d.qualify("kumiko_events"), cond, n+1),
-					append(args, s.Cursor)...).Scan(&s.Lag); err != nil {
+				if s.Lag, err = d.store.CountTx(ctx, tx, t.filter(), s.Cursor, 0); err != nil {
 					return err
 				}
 			}

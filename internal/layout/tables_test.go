@@ -35,8 +35,6 @@ var tolerated = map[string]string{
 	// A pass reads the log's head in the statement that locks the shard,
 	// and a shard's status counts its lag, each in one snapshot.
 	"consumer/queries.go kumiko_events": "the pass's lock and the status row see the log and the shard in one snapshot",
-	// A rebuild reads the log's head and counts the lag of a projection.
-	"pipeline/rebuild.go kumiko_events": "rebuild heads and lags; to become eventstore reads",
 	// A flag's help tells the operator where quarantined events go.
 	"internal/ops/ops.go kumiko_projection_quarantine": "help text, not SQL",
 }
