@@ -65,7 +65,7 @@ func TestTranslateError(t *testing.T) {
 			require.Equal(t, "unavailable", eventstore.Code(got), name)
 			require.Same(t, got, eventstore.TranslateError(got), "%s: translating twice changes nothing", name)
 		} else {
-			require.True(t, got == tc.err, "%s: left unchanged", name)
+			require.True(t, got == tc.err, "%s: left unchanged", name) //nolint:errorlint // the very same value, not one that wraps it
 		}
 	}
 	require.NoError(t, eventstore.TranslateError(nil))

@@ -1,6 +1,7 @@
 package kumikotest
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/url"
@@ -35,7 +36,9 @@ const proxyGarbage = "HTTP/1.1 400 Bad Request\r\n\r\n\x00\xff\xfe garbage"
 type Proxy struct {
 	ln     net.Listener
 	target string
-	wg     sync.WaitGroup
+	// ctx is the test's: dialling the target stops when the test ends.
+	ctx context.Context
+	wg  sync.WaitGroup
 
 	mu     sync.Mutex
 	mode   ProxyMode
@@ -55,11 +58,11 @@ func NewProxy(t testing.TB, target string) *Proxy {
 		}
 		target = u.Host
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("kumikotest: proxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, ctx: t.Context(), conns: map[net.Conn]struct{}{}}
 	p.wg.Go(p.serve)
 	t.Cleanup(p.Close)
 	return p
@@ -130,7 +133,7 @@ func (p *Proxy) serve() {
 			_ = c.Close()
 		case ProxyGarbage:
 			p.wg.Go(func() {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				_, _ = c.Write([]byte(proxyGarbage))
 			})
 		default:
@@ -142,7 +145,7 @@ func (p *Proxy) serve() {
 // relay connects c to the target and copies both ways until either side
 // ends, then closes both.
 func (p *Proxy) relay(c net.Conn) {
-	up, err := net.Dial("tcp", p.target)
+	up, err := (&net.Dialer{}).DialContext(p.ctx, "tcp", p.target)
 	if err != nil {
 		_ = c.Close()
 		return

@@ -113,7 +113,7 @@ type isolated struct {
 func isolate(t *testing.T, app *kumikotest.App) *isolated {
 	t.Helper()
 	name := "iso-" + app.Schema
-	cfg, err := pgxpool.ParseConfig(app.DB.URL)
+	cfg, err := pgxpool.ParseConfig(app.URL)
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["application_name"] = name // to find its connections
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
