@@ -159,10 +159,6 @@ SELECT COALESCE(min(id) - 1, 0) FROM (SELECT id FROM {events}
 WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
 	AND ($3::text[] IS NULL OR type = ANY ($3))
 ORDER BY id DESC LIMIT $4) last`),
-		// Prune: $1 = OlderThan, $2 = aggregate types, $3 = the highest id
-		// the guard lets go. pruneNewest finds what the guard is asked
-		// about; the count (a dry run) and the delete carry id <= $3, since
-		// an event committing after pruneNewest may match the rest.
 		// The highest id, and the count of events after $4 up to $5 (0: no
 		// bound), among those matching readAll's filters ($1–$3).
 		filteredHead: r.Replace(`
@@ -173,6 +169,10 @@ WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_
 SELECT count(*) FROM {events}
 WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
 	AND ($3::text[] IS NULL OR type = ANY ($3)) AND id > $4 AND ($5 = 0 OR id <= $5)`),
+		// Prune: $1 = OlderThan, $2 = aggregate types, $3 = the highest id
+		// the guard lets go. pruneNewest finds what the guard is asked
+		// about; the count (a dry run) and the delete carry id <= $3, since
+		// an event committing after pruneNewest may match the rest.
 		pruneNewest: r.Replace(`
 SELECT COALESCE(max(id), 0) FROM {events} WHERE created_at < $1 AND aggregate_type = ANY($2)`),
 		pruneCount: r.Replace(`
