@@ -85,21 +85,19 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (PruneResult, erro
 		return PruneResult{}, TranslateError(fmt.Errorf("prune events: delete: %w", err))
 	}
 	var (
-		typ       string
-		n, maxID  int64
-		collected bool
+		typ      string
+		n, maxID int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&typ, &n, &maxID}, func() error {
 		res.ByType[typ] += n
 		res.Deleted += n
 		res.UpTo = max(res.UpTo, maxID)
-		collected = true
 		return nil
 	})
 	if err != nil {
 		return PruneResult{}, TranslateError(fmt.Errorf("prune events: delete: %w", err))
 	}
-	if opts.DryRun || !collected {
+	if opts.DryRun || res.Deleted == 0 { // every group counts at least one
 		return res, nil // the deferred rollback releases the guard's locks
 	}
 	if err := tx.Commit(ctx); err != nil {
