@@ -148,8 +148,8 @@ func (s *Server) settle(c echo.Context, store idempotency.Store, k idempotency.K
 
 // replay answers with a recorded response.
 func replay(c echo.Context, resp *idempotency.Response) error {
+	c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 	if resp.ContentType == responseOmitted {
-		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 		return newAPIError(pipeline.CodeIdempotencyConflict, reasonAlreadyApplied,
 			"this request was already applied; its response was too large to keep for replay")
 	}
@@ -160,7 +160,6 @@ func replay(c echo.Context, resp *idempotency.Response) error {
 	if status == 0 {
 		status = http.StatusOK
 	}
-	c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 	return c.Blob(status, ct, resp.Body)
 }
 
