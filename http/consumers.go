@@ -18,7 +18,7 @@ func (s *Server) consumers(c echo.Context) error {
 	if err := s.requireOperator(c, "the consumers"); err != nil {
 		return err
 	}
-	// ConsumerOps holds nothing but the store and its statements: building it
+	// consumer.Ops holds nothing but the store and its statements: building it
 	// per request costs nothing worth caching.
 	list, err := consumer.NewOps(s.store).List(c.Request().Context())
 	if err != nil {
