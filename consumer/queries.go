@@ -22,12 +22,15 @@ type queries struct {
 }
 
 func newQueries(schema string) queries {
-	table := pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize()
+	r := strings.NewReplacer(
+		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
+		"{events}", pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
+	)
 	const cols = `c.last_processed_event_id, c.status, c.attempts, c.last_error, c.gap_horizon, c.gap_writers,
 	EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since)::float8, c.updated_at`
 	q := queries{
-		register: `INSERT INTO ` + table + ` (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)
-ON CONFLICT (name, instance_id) DO NOTHING`,
+		register: r.Replace(`INSERT INTO {consumers} (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)
+ON CONFLICT (name, instance_id) DO NOTHING`),
 		// The row is locked only when a pass may have something to do: a
 		// disabled shard, or an idle one with no gap recorded and no
 		// committed event after its cursor, is left unlocked, so that an
@@ -38,27 +41,23 @@ ON CONFLICT (name, instance_id) DO NOTHING`,
 		// committed event id; an event committing later wakes the loop
 		// again. The gap wait is measured on the database's clock, the one
 		// that set gap_since.
-		passLock: `WITH h AS (SELECT COALESCE(max(id), 0) AS head FROM ` + pgx.Identifier{schema, "kumiko_events"}.Sanitize() + `),
+		passLock: r.Replace(`WITH h AS (SELECT COALESCE(max(id), 0) AS head FROM {events}),
 l AS (
-	SELECT ` + cols + ` FROM ` + table + ` c, h
+	SELECT ` + cols + ` FROM {consumers} c, h
 	WHERE c.name = $1 AND c.instance_id = $2
 		AND c.status <> 'disabled' AND NOT (c.status = 'idle' AND c.gap_horizon = 0 AND c.last_processed_event_id >= h.head)
 	FOR UPDATE OF c SKIP LOCKED)
 SELECT true, h.head, l.* FROM l, h
 UNION ALL
-SELECT false, h.head, ` + cols + ` FROM ` + table + ` c, h
-WHERE c.name = $1 AND c.instance_id = $2 AND NOT EXISTS (SELECT 1 FROM l)`,
+SELECT false, h.head, ` + cols + ` FROM {consumers} c, h
+WHERE c.name = $1 AND c.instance_id = $2 AND NOT EXISTS (SELECT 1 FROM l)`),
 		// $9: the shard waits at a gap; $10: a new gap, whose wait starts now.
-		save: `UPDATE ` + table + ` SET last_processed_event_id = $3, status = $4, attempts = $5, last_error = $6,
+		save: r.Replace(`UPDATE {consumers} SET last_processed_event_id = $3, status = $4, attempts = $5, last_error = $6,
 	gap_horizon = $7, gap_writers = $8,
 	gap_since = CASE WHEN NOT $9 THEN NULL WHEN $10 OR gap_since IS NULL THEN now() ELSE gap_since END,
 	updated_at = now()
-WHERE name = $1 AND instance_id = $2`,
+WHERE name = $1 AND instance_id = $2`),
 	}
-	r := strings.NewReplacer(
-		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
-		"{events}", pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
-	)
 	// The lag of a shard: the events after its cursor up to the head (an
 	// index range scan on the primary key, as long as the lag itself), and
 	// the age of the first of them. The gap wait of an idle shard, and the
