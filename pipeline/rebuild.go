@@ -255,7 +255,7 @@ func (r *rebuild) run(ctx context.Context) error {
 			if h, err = r.settled(ctx, tx); err != nil {
 				return err
 			}
-			n, err = r.count(ctx, tx, r.cursor, h.LastID)
+			n, err = r.d.store.CountTx(ctx, tx, r.t.filter(), r.cursor, h.LastID)
 			return err
 		})
 		if err != nil {
@@ -295,11 +295,6 @@ func (r *rebuild) run(ctx context.Context) error {
 // settled waits until every id up to the store's horizon is settled.
 func (r *rebuild) settled(ctx context.Context, tx pgx.Tx) (eventstore.Horizon, error) {
 	return r.d.store.SettledTx(ctx, tx, settlePoll)
-}
-
-// count counts the target's events with after < id ≤ upTo.
-func (r *rebuild) count(ctx context.Context, tx pgx.Tx, after, upTo int64) (int64, error) {
-	return r.d.store.CountTx(ctx, tx, r.t.filter(), after, upTo)
 }
 
 // replay applies the events after the cursor up to upTo (settled) to the
