@@ -57,7 +57,7 @@ func (s *Server) idempotent(next echo.HandlerFunc) echo.HandlerFunc {
 		resp, err := s.claim(req.Context(), k, info.requestHash)
 		switch {
 		case errors.Is(err, idempotency.ErrKeyReused):
-			return newAPIError(pipeline.CodeIdempotencyConflict, reasonKeyReused, "the idempotency key was used for a different request")
+			return newAPIError(pipeline.CodeIdempotencyConflict, pipeline.ReasonKeyReused, "the idempotency key was used for a different request")
 		case errors.Is(err, idempotency.ErrInProgress):
 			return newAPIError(pipeline.CodeIdempotencyConflict, reasonRequestInProgress, "a request with this idempotency key is still in progress; retry later")
 		case errors.Is(err, idempotency.ErrUnavailable) && s.cfg.IdempotencyFailOpen:
@@ -150,7 +150,7 @@ func (s *Server) settle(c echo.Context, store idempotency.Store, k idempotency.K
 func replay(c echo.Context, resp *idempotency.Response) error {
 	c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 	if resp.ContentType == responseOmitted {
-		return newAPIError(pipeline.CodeIdempotencyConflict, reasonAlreadyApplied,
+		return newAPIError(pipeline.CodeIdempotencyConflict, pipeline.ReasonAlreadyApplied,
 			"this request was already applied; its response was too large to keep for replay")
 	}
 	ct, status := resp.ContentType, resp.Status

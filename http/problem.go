@@ -23,9 +23,7 @@ const (
 	contentTypeJSON           = "application/json"
 	retryAfterSeconds         = "1"
 	genericInternalDetail     = "internal error"
-	reasonKeyReused           = "key_reused"
 	reasonRequestInProgress   = "request_in_progress"
-	reasonAlreadyApplied      = "already_applied"
 	reasonInvalidEnvelope     = "invalid_envelope"
 	reasonIdempotencyKey      = "idempotency_key"
 	reasonIdempotencyDown     = "idempotency_unavailable"
@@ -52,7 +50,7 @@ func statusOf(code, reason string) int {
 	case pipeline.CodeVersionConflict, pipeline.CodeStreamArchived, pipeline.CodeUniqueViolation:
 		return http.StatusConflict
 	case pipeline.CodeIdempotencyConflict:
-		if reason == reasonKeyReused {
+		if reason == pipeline.ReasonKeyReused {
 			return http.StatusUnprocessableEntity
 		}
 		return http.StatusConflict

@@ -157,3 +157,10 @@ func notFoundf(reason, format string, args ...any) *Error {
 // projection's apply function) becomes in a request. The panic's value never
 // reaches the client; it is logged with its stack.
 const ReasonHandlerPanic = "handler_panic"
+
+// Reasons of idempotency_conflict: the key was used for a request with
+// another body, or the request was applied and its response is gone.
+const (
+	ReasonKeyReused      = "key_reused"
+	ReasonAlreadyApplied = "already_applied"
+)

@@ -34,9 +34,9 @@ func (d *Executor) recordKey(ctx context.Context, tx pgx.Tx, c *Caller) error {
 		return fmt.Errorf("read idempotency key: %w", err)
 	}
 	if hash != c.RequestHash {
-		return newError(CodeIdempotencyConflict, "key_reused", "the idempotency key was used for a different request", nil)
+		return newError(CodeIdempotencyConflict, ReasonKeyReused, "the idempotency key was used for a different request", nil)
 	}
-	return newError(CodeIdempotencyConflict, "already_applied", "this request was already applied; its response is no longer available", nil)
+	return newError(CodeIdempotencyConflict, ReasonAlreadyApplied, "this request was already applied; its response is no longer available", nil)
 }
 
 // pruneKeysChunk is how many recorded keys one statement of
