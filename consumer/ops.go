@@ -130,17 +130,17 @@ func (o *Ops) Skip(ctx context.Context, name, instanceID string) (ShardStatus, e
 		if err != nil {
 			return err
 		}
-		var head int64
-		err = tx.QueryRow(ctx, o.sql.next, sh.cursor).Scan(&head)
-		if errors.Is(err, pgx.ErrNoRows) {
+		var next *int64
+		if err := tx.QueryRow(ctx, o.sql.next, sh.cursor).Scan(&next); err != nil {
+			return err
+		}
+		if next == nil {
 			return newError(codeUnprocessable, ReasonNothingToSkip,
 				fmt.Sprintf("consumer %s/%s has no event after its cursor %d to skip", name, sh.instance, sh.cursor),
 				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrNothingToSkip)).
 				with("consumer", name).with("instanceId", sh.instance).with("cursor", sh.cursor)
 		}
-		if err != nil {
-			return err
-		}
+		head := *next
 		if !sh.settledBelow(head, h) {
 			return newError(codeUnprocessable, ReasonGapUnsettled,
 				fmt.Sprintf("an event before %d may still be committed; retry shortly", head),

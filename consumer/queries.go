@@ -7,9 +7,10 @@ import (
 )
 
 // queries holds every statement of the package, qualified with the store's
-// schema. The package owns kumiko_event_consumers (see migrations/); it
-// reads kumiko_events only where a statement must see the log and the
-// shard in one snapshot (the pass's lock, the lag of a status).
+// schema. The package owns kumiko_event_consumers (see migrations/); where a
+// statement must see the log and the shard in one snapshot (the pass's
+// lock, the lag of a status), it reads the log through the event store's
+// SQL functions kumiko_log_*.
 type queries struct {
 	// The passes.
 	register, passLock, save string
@@ -24,7 +25,7 @@ type queries struct {
 func newQueries(schema string) queries {
 	r := strings.NewReplacer(
 		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
-		"{events}", pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
+		"{log}", pgx.Identifier{schema}.Sanitize()+".kumiko_log",
 	)
 	const cols = `c.last_processed_event_id, c.status, c.attempts, c.last_error, c.gap_horizon, c.gap_writers,
 	EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since)::float8, c.updated_at`
@@ -41,7 +42,7 @@ ON CONFLICT (name, instance_id) DO NOTHING`),
 		// committed event id; an event committing later wakes the loop
 		// again. The gap wait is measured on the database's clock, the one
 		// that set gap_since.
-		passLock: r.Replace(`WITH h AS (SELECT COALESCE(max(id), 0) AS head FROM {events}),
+		passLock: r.Replace(`WITH h AS (SELECT {log}_head() AS head),
 l AS (
 	SELECT ` + cols + ` FROM {consumers} c, h
 	WHERE c.name = $1 AND c.instance_id = $2
@@ -65,16 +66,15 @@ WHERE name = $1 AND instance_id = $2`),
 	// the lock on its own virtual transaction id until it ends.
 	const statusRow = `
 SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
-	(SELECT count(*) FROM {events} e WHERE e.id > c.last_processed_event_id AND e.id <= h.head),
-	COALESCE((SELECT GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - e.created_at), 0)::float8
-		FROM {events} e WHERE e.id > c.last_processed_event_id AND e.id <= h.head ORDER BY e.id LIMIT 1), 0),
+	{log}_count(c.last_processed_event_id, h.head),
+	COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - {log}_first_created_at(c.last_processed_event_id, h.head)), 0)::float8, 0),
 	c.status, c.attempts, c.last_error,
 	CASE WHEN c.status = 'idle' THEN COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since), 0)::float8, 0) ELSE 0 END,
 	CASE WHEN c.status = 'idle' AND c.gap_since IS NOT NULL THEN ARRAY(SELECT l.pid FROM pg_locks l
 		WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY (c.gap_writers) AND l.granted AND l.pid IS NOT NULL ORDER BY l.pid)
 	ELSE '{}'::int[] END,
 	c.updated_at
-FROM {consumers} c CROSS JOIN (SELECT COALESCE(max(id), 0) AS head FROM {events}) h`
+FROM {consumers} c CROSS JOIN (SELECT {log}_head() AS head) h`
 	q.list = r.Replace(statusRow + `
 ORDER BY c.name, c.instance_id`)
 	q.status = r.Replace(statusRow + `
@@ -83,7 +83,7 @@ WHERE c.name = $1 AND c.instance_id = $2`)
 	q.opLock = r.Replace(`
 SELECT last_processed_event_id, status, attempts, gap_horizon, gap_writers FROM {consumers}
 WHERE name = $1 AND instance_id = $2 FOR UPDATE`)
-	q.next = r.Replace(`SELECT id FROM {events} WHERE id > $1 ORDER BY id LIMIT 1`)
+	q.next = r.Replace(`SELECT {log}_next($1)`)
 	q.restart = r.Replace(`
 UPDATE {consumers} SET status = $3, attempts = 0, last_error = '', updated_at = now()
 WHERE name = $1 AND instance_id = $2`)

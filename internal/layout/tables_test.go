@@ -32,9 +32,6 @@ var owners = map[string]string{
 // with the reason it is not moved yet. The test fails when one of them is
 // gone, so the list only shrinks.
 var tolerated = map[string]string{
-	// A pass reads the log's head in the statement that locks the shard,
-	// and a shard's status counts its lag, each in one snapshot.
-	"consumer/queries.go kumiko_events": "the pass's lock and the status row see the log and the shard in one snapshot",
 	// A flag's help tells the operator where quarantined events go.
 	"internal/ops/ops.go kumiko_projection_quarantine": "help text, not SQL",
 }
