@@ -85,10 +85,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // the pool, which the caller owns.
 func (s *Store) Close() { s.notifier.wait() }
 
-// Pool returns the pool the store was built on.
+// Pool returns the pool the store was built on. The packages that own
+// tables next to the store's (consumer, pipeline) run their own statements
+// on it, in transactions they share with the store's …Tx methods; they reach
+// the store's tables only through the store.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Schema returns the schema holding the store's tables.
+// Schema returns the schema holding the store's tables, and those of the
+// packages that migrate theirs with MigrateOwned.
 func (s *Store) Schema() string { return s.cfg.Schema }
 
 // NotifyChannel is the LISTEN channel on which the store announces committed

@@ -19,16 +19,16 @@ type User struct {
 // HasRole reports whether u holds role (case-sensitive).
 func (u User) HasRole(role string) bool { return slices.Contains(u.Roles, role) }
 
-// RuleKind is what an access [Rule] checks.
-type RuleKind int
+// ruleKind is what an access [Rule] checks. ruleNone is the zero Rule: no
+// rule was given, which denies.
+type ruleKind int
 
-// Rule kinds. RuleNone is the zero Rule: no rule was given, which denies.
 const (
-	RuleNone      RuleKind = iota // no rule: denies, and fails the boot on a handler
-	RuleRoles                     // authenticated users holding one of the roles
-	RuleAnyUser                   // any authenticated user
-	RuleAnonymous                 // everyone, authenticated or not
-	RuleDeny                      // nobody, on purpose
+	ruleNone      ruleKind = iota // no rule: denies, and fails the boot on a handler
+	ruleRoles                     // authenticated users holding one of the roles
+	ruleAnyUser                   // any authenticated user
+	ruleAnonymous                 // everyone, authenticated or not
+	ruleDeny                      // nobody, on purpose
 )
 
 // Rule decides who may call a handler. Build rules with [Roles], [AnyUser],
@@ -36,30 +36,46 @@ const (
 // (access is deny-by-default, and the registry refuses a handler without a
 // rule). Rules are immutable values.
 type Rule struct {
-	kind  RuleKind
+	kind  ruleKind
 	roles []string
 }
 
 // Roles allows authenticated users holding at least one of names
 // (case-sensitive). At least one non-empty name is required (checked at boot).
-func Roles(names ...string) Rule { return Rule{kind: RuleRoles, roles: slices.Clone(names)} }
+func Roles(names ...string) Rule { return Rule{kind: ruleRoles, roles: slices.Clone(names)} }
 
 // AnyUser allows every authenticated user.
-func AnyUser() Rule { return Rule{kind: RuleAnyUser} }
+func AnyUser() Rule { return Rule{kind: ruleAnyUser} }
 
 // Anonymous allows everyone, including callers without a token.
-func Anonymous() Rule { return Rule{kind: RuleAnonymous} }
+func Anonymous() Rule { return Rule{kind: ruleAnonymous} }
 
 // Deny allows nobody. On a CRUD verb it omits that verb's handler (e.g. a
 // read-only entity: Access{Write: Deny(), Read: AnyUser()}); on a command or
 // query it fails the boot, since such a handler could never run.
-func Deny() Rule { return Rule{kind: RuleDeny} }
+func Deny() Rule { return Rule{kind: ruleDeny} }
 
-// Kind is what the rule checks.
-func (r Rule) Kind() RuleKind { return r.kind }
+// IsDeny reports whether the rule is [Deny].
+func (r Rule) IsDeny() bool { return r.kind == ruleDeny }
+
+// Problem describes what makes a given rule unusable — [Roles] without role
+// names, or with an empty one — and is "" for a usable rule. The zero Rule
+// is reported by IsZero instead.
+func (r Rule) Problem() string {
+	if r.kind != ruleRoles {
+		return ""
+	}
+	if len(r.roles) == 0 {
+		return "Roles() without role names allows nobody; name the roles or use Deny()"
+	}
+	if slices.Contains(r.roles, "") {
+		return "Roles() has an empty role name"
+	}
+	return ""
+}
 
 // IsZero reports whether no rule was given.
-func (r Rule) IsZero() bool { return r.kind == RuleNone }
+func (r Rule) IsZero() bool { return r.kind == ruleNone }
 
 // RoleNames returns a copy of the roles of a Roles rule.
 func (r Rule) RoleNames() []string { return slices.Clone(r.roles) }
@@ -67,11 +83,11 @@ func (r Rule) RoleNames() []string { return slices.Clone(r.roles) }
 // Allows reports whether u may call a handler guarded by r.
 func (r Rule) Allows(u User) bool {
 	switch r.kind {
-	case RuleAnonymous:
+	case ruleAnonymous:
 		return true
-	case RuleAnyUser:
+	case ruleAnyUser:
 		return u.Authenticated
-	case RuleRoles:
+	case ruleRoles:
 		return u.Authenticated && slices.ContainsFunc(r.roles, func(role string) bool {
 			return role != "" && u.HasRole(role)
 		})
@@ -83,13 +99,13 @@ func (r Rule) Allows(u User) bool {
 // "deny" or "none".
 func (r Rule) String() string {
 	switch r.kind {
-	case RuleRoles:
+	case ruleRoles:
 		return "roles(" + strings.Join(r.roles, ",") + ")"
-	case RuleAnyUser:
+	case ruleAnyUser:
 		return "any-user"
-	case RuleAnonymous:
+	case ruleAnonymous:
 		return "anonymous"
-	case RuleDeny:
+	case ruleDeny:
 		return "deny"
 	}
 	return "none"
@@ -101,32 +117,6 @@ func (r Rule) String() string {
 type Access struct {
 	Write, Read                                   Rule
 	Create, Update, Delete, Restore, List, Detail Rule
-}
-
-// For resolves the rule of verb: the per-verb rule when set, else Write or
-// Read.
-func (a Access) For(verb CrudVerb) Rule {
-	var specific, general Rule
-	switch verb {
-	case VerbCreate:
-		specific, general = a.Create, a.Write
-	case VerbUpdate:
-		specific, general = a.Update, a.Write
-	case VerbDelete:
-		specific, general = a.Delete, a.Write
-	case VerbRestore:
-		specific, general = a.Restore, a.Write
-	case VerbList:
-		specific, general = a.List, a.Read
-	case VerbDetail:
-		specific, general = a.Detail, a.Read
-	default:
-		return Rule{}
-	}
-	if !specific.IsZero() {
-		return specific
-	}
-	return general
 }
 
 func (a Access) clone() Access {

@@ -19,10 +19,6 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// AnyVersion as an expected version appends after whatever the stream holds,
-// creating it when missing.
-const AnyVersion = -1
-
 // CommandContext is what a command or query handler works with. The pipeline
 // implements it for one request: one tenant, one user, one transaction (a
 // write transaction for commands, read-only for queries). Every method acts

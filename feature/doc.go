@@ -24,3 +24,17 @@
 //		r.Crud("task", feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()})
 //	})
 package feature
+
+const (
+	// AnyVersion as an expected version appends after whatever the stream
+	// holds, creating it when missing.
+	AnyVersion = -1
+	// DefaultSnapshotEvery is the automatic snapshot interval of entities.
+	DefaultSnapshotEvery = 100
+	// DefaultMaxAttempts is how often a multi-stream projection tries an
+	// event before its shard goes dead.
+	DefaultMaxAttempts = 10
+	// DefaultBatchSize is how many events a multi-stream projection's pass
+	// reads at most.
+	DefaultBatchSize = 200
+)

@@ -77,7 +77,7 @@ func TestDefineRecordsDeclarationsWithDefaults(t *testing.T) {
 	require.Nil(t, d.Handlers[0].Invoke)
 	require.True(t, d.Handlers[1].Query)
 	require.Equal(t, reflect.TypeFor[completeTask](), d.Handlers[1].Input)
-	invoke := d.Handlers[1].Invoke.(feature.HandlerFunc)
+	invoke := d.Handlers[1].Invoke.(func(feature.CommandContext, any) (any, error))
 	out, err := invoke(nil, completeTask{})
 	require.NoError(t, err)
 	require.Equal(t, "ok", out)
@@ -246,21 +246,6 @@ func TestFieldTypeColumnType(t *testing.T) {
 	require.Empty(t, spec.FieldType("nope").ColumnType())
 }
 
-func TestColumnName(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"title":           "title",
-		"completedBy":     "completed_by",
-		"userID":          "user_id",
-		"httpStatusCode":  "http_status_code",
-		"getHTTPResponse": "get_http_response",
-		"line2Total":      "line2_total",
-		"a":               "a",
-	} {
-		require.Equal(t, want, feature.ColumnName(in), in)
-	}
-}
-
 func TestRuleAllows(t *testing.T) {
 	t.Parallel()
 	anon := feature.User{}
@@ -294,7 +279,12 @@ func TestRuleAllows(t *testing.T) {
 	}
 	require.True(t, feature.Rule{}.IsZero())
 	require.False(t, feature.Deny().IsZero())
-	require.Equal(t, feature.RuleDeny, feature.Deny().Kind())
+	require.True(t, feature.Deny().IsDeny())
+	require.False(t, feature.Roles("Admin").IsDeny())
+	require.Empty(t, feature.Roles("Admin").Problem())
+	require.Empty(t, feature.Deny().Problem())
+	require.Contains(t, feature.Roles().Problem(), "without role names")
+	require.Contains(t, feature.Roles("Admin", "").Problem(), "empty role name")
 
 	// Rules own their role list.
 	names := []string{"Admin"}
@@ -302,37 +292,6 @@ func TestRuleAllows(t *testing.T) {
 	names[0] = "User"
 	r.RoleNames()[0] = "User"
 	require.Equal(t, []string{"Admin"}, r.RoleNames())
-}
-
-func TestAccessFor(t *testing.T) {
-	t.Parallel()
-	a := feature.Access{
-		Write:  feature.Roles("User"),
-		Read:   feature.AnyUser(),
-		Delete: feature.Roles("Admin"),
-		Detail: feature.Anonymous(),
-	}
-	require.Equal(t, "roles(User)", a.For(feature.VerbCreate).String())
-	require.Equal(t, "roles(User)", a.For(feature.VerbUpdate).String())
-	require.Equal(t, "roles(Admin)", a.For(feature.VerbDelete).String())
-	require.Equal(t, "roles(User)", a.For(feature.VerbRestore).String())
-	require.Equal(t, "any-user", a.For(feature.VerbList).String())
-	require.Equal(t, "anonymous", a.For(feature.VerbDetail).String())
-	require.True(t, a.For("bogus").IsZero())
-	require.True(t, feature.Access{}.For(feature.VerbCreate).IsZero())
-}
-
-func TestCrudVerbs(t *testing.T) {
-	t.Parallel()
-	var handlers, events []string
-	for _, v := range feature.CrudVerbs() {
-		handlers = append(handlers, v.HandlerName("task"))
-		events = append(events, v.EventType("task"))
-	}
-	require.Equal(t, []string{"task.create", "task.update", "task.delete", "task.restore", "task.list", "task.detail"}, handlers)
-	require.Equal(t, []string{"task.created", "task.updated", "task.deleted", "task.restored", "", ""}, events)
-	require.True(t, feature.VerbRestore.IsWrite())
-	require.False(t, feature.VerbList.IsWrite())
 }
 
 func TestHandleCommandWithNilFunctionRecordsNothingCallable(t *testing.T) {

@@ -3,17 +3,13 @@ package feature
 import (
 	"fmt"
 	"slices"
-	"strings"
-	"unicode"
 
 	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
-// DefaultSnapshotEvery is the automatic snapshot interval of entities.
-const DefaultSnapshotEvery = 100
-
 // Fields are an entity's fields by camelCase JSON name. Each name also gives
-// the read table's column, converted by [ColumnName].
+// the read table's column, in snake_case: "completedBy" → "completed_by",
+// "userID" → "user_id".
 type Fields map[string]*Field
 
 // Field is an entity field under construction. The builder methods change
@@ -148,26 +144,6 @@ func (f *Field) checkRoles(method string, roles []string) {
 	if slices.Contains(roles, "") {
 		f.problem(method + " has an empty role name")
 	}
-}
-
-// ColumnName is the read-table column of a camelCase field name:
-// "completedBy" → "completed_by", "userID" → "user_id".
-func ColumnName(field string) string {
-	rs := []rune(field)
-	var b strings.Builder
-	for i, r := range rs {
-		if unicode.IsUpper(r) {
-			prevLower := i > 0 && (unicode.IsLower(rs[i-1]) || unicode.IsDigit(rs[i-1]))
-			nextLower := i > 0 && i+1 < len(rs) && unicode.IsUpper(rs[i-1]) && unicode.IsLower(rs[i+1])
-			if prevLower || nextLower {
-				b.WriteByte('_')
-			}
-			b.WriteRune(unicode.ToLower(r))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // EntityOption configures an entity; see [SoftDelete], [SystemStream],

@@ -125,12 +125,6 @@ func (s StartFrom) String() string {
 	return "invalid"
 }
 
-// Multi-stream projection defaults.
-const (
-	DefaultMaxAttempts = 10
-	DefaultBatchSize   = 200
-)
-
 // MultiStreamProjection is an asynchronous consumer of committed events of
 // any stream, tenant and feature, delivered in event-id order; declare it
 // with [Registrar.MultiStreamProjection]. With

@@ -50,7 +50,7 @@ func newEntityTable(schema string, e *registry.Entity) *entityTable {
 		fs, _ := e.Field(f)
 		t.specs[f] = fs
 		t.writeRoles = t.writeRoles || len(fs.WriteRoles) > 0
-		col := pgx.Identifier{feature.ColumnName(f)}.Sanitize()
+		col := pgx.Identifier{spec.ColumnName(f)}.Sanitize()
 		t.cols[f] = col
 		sel = append(sel, col)
 		insCols = append(insCols, col)
@@ -78,7 +78,7 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 		args = []any{[16]byte(ev.AggregateID), [16]byte(ev.TenantID), ev.Version, ev.CreatedAt}
 	)
 	switch ev.Type {
-	case feature.VerbCreate.EventType(name):
+	case registry.VerbCreate.EventType(name):
 		fields, err := decodeFields(ev.Payload)
 		if err != nil {
 			return nil, err
@@ -91,7 +91,7 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 		}
 		// The new row is exactly the fold of its first event.
 		return t.fold(nil, []eventstore.Event{ev})
-	case feature.VerbUpdate.EventType(name):
+	case registry.VerbUpdate.EventType(name):
 		changes, err := decodeFields(ev.Payload)
 		if err != nil {
 			return nil, err
@@ -107,14 +107,14 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 		}
 		sql = fmt.Sprintf("UPDATE %s SET %s WHERE id = $1 AND tenant_id = $2%s RETURNING %s",
 			t.table, strings.Join(sets, ", "), t.liveOnly(), t.selectList)
-	case feature.VerbDelete.EventType(name):
+	case registry.VerbDelete.EventType(name):
 		if t.soft {
 			sql = fmt.Sprintf("UPDATE %s SET version = $3, updated_at = $4, deleted_at = $4 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL RETURNING %s",
 				t.table, t.selectList)
 		} else {
 			sql, args = fmt.Sprintf("DELETE FROM %s WHERE id = $1 AND tenant_id = $2 RETURNING %s", t.table, t.selectList), args[:2]
 		}
-	case feature.VerbRestore.EventType(name):
+	case registry.VerbRestore.EventType(name):
 		sql = fmt.Sprintf("UPDATE %s SET version = $3, updated_at = $4, deleted_at = NULL WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NOT NULL RETURNING %s",
 			t.table, t.selectList)
 	default:
@@ -234,7 +234,7 @@ func (t *entityTable) fold(state map[string]any, events []eventstore.Event) (map
 	name := t.e.Name()
 	for _, ev := range events {
 		switch ev.Type {
-		case feature.VerbCreate.EventType(name):
+		case registry.VerbCreate.EventType(name):
 			fields, err := decodeFields(ev.Payload)
 			if err != nil {
 				return nil, err
@@ -246,7 +246,7 @@ func (t *entityTable) fold(state map[string]any, events []eventstore.Event) (map
 			if t.soft {
 				state["deletedAt"] = nil
 			}
-		case feature.VerbUpdate.EventType(name):
+		case registry.VerbUpdate.EventType(name):
 			if state == nil {
 				continue
 			}
@@ -259,7 +259,7 @@ func (t *entityTable) fold(state map[string]any, events []eventstore.Event) (map
 					state[f] = v
 				}
 			}
-		case feature.VerbDelete.EventType(name):
+		case registry.VerbDelete.EventType(name):
 			if state != nil && !t.soft {
 				state = nil
 				continue
@@ -267,7 +267,7 @@ func (t *entityTable) fold(state map[string]any, events []eventstore.Event) (map
 			if state != nil {
 				state["deletedAt"] = formatTime(ev.CreatedAt)
 			}
-		case feature.VerbRestore.EventType(name):
+		case registry.VerbRestore.EventType(name):
 			if state != nil {
 				state["deletedAt"] = nil
 			}

@@ -230,9 +230,9 @@ func (d *Executor) Query(ctx context.Context, c Caller, req Request) (any, error
 		err error
 	)
 	switch h.Verb {
-	case feature.VerbList:
+	case registry.VerbList:
 		out, err = d.list(ctx, &c, d.entities[h.Entity], in.(registry.ListInput))
-	case feature.VerbDetail:
+	case registry.VerbDetail:
 		out, err = d.detail(ctx, &c, d.entities[h.Entity], in.(registry.DetailInput))
 	default:
 		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {

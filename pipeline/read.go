@@ -16,6 +16,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -89,7 +90,7 @@ func (d *Executor) planList(c *Caller, t *entityTable, in registry.ListInput) (*
 		case "id":
 			k.col, k.typ = "id", "uuid"
 		case "createdAt", "updatedAt":
-			k.col, k.typ = feature.ColumnName(s.Field), "timestamptz"
+			k.col, k.typ = spec.ColumnName(s.Field), "timestamptz"
 		default:
 			k.col, k.typ = t.cols[s.Field], t.specs[s.Field].Type.ColumnType()
 		}

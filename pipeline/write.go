@@ -26,20 +26,20 @@ func (d *Executor) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Ha
 		payload  any = map[string]any{}
 	)
 	switch h.Verb {
-	case feature.VerbCreate:
+	case registry.VerbCreate:
 		in := in.(registry.CreateInput)
 		stream.AggregateID, payload = in.ID, in.Fields
-	case feature.VerbUpdate:
+	case registry.VerbUpdate:
 		in := in.(registry.UpdateInput)
 		stream.AggregateID, expected, payload = in.ID, in.Version, in.Changes
-	case feature.VerbDelete, feature.VerbRestore:
+	case registry.VerbDelete, registry.VerbRestore:
 		// The row lock orders concurrent deletes and restores; the version
 		// read under it is the stream's, since every event moves it. A
 		// version the client sent is checked by the append instead, like an
 		// update's.
 		in := in.(registry.IDInput)
 		stream.AggregateID = in.ID
-		v, err := t.lockRow(ctx, tx, stream.AggregateID, stream.TenantID, h.Verb == feature.VerbRestore)
+		v, err := t.lockRow(ctx, tx, stream.AggregateID, stream.TenantID, h.Verb == registry.VerbRestore)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +55,7 @@ func (d *Executor) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Ha
 	if err != nil {
 		return nil, err
 	}
-	if h.Verb == feature.VerbDelete && !t.soft {
+	if h.Verb == registry.VerbDelete && !t.soft {
 		// The row is gone: what is left is the stream, at the delete
 		// event's version.
 		return map[string]any{"id": ev.AggregateID.String(), "version": ev.Version}, nil

@@ -198,7 +198,7 @@ func (b *builder) entityFields(feat string, def spec.Entity, names []string) {
 		for _, p := range fs.Problems {
 			b.fail(feat, fitem, RuleField, "%s", p)
 		}
-		switch col := feature.ColumnName(name); {
+		switch col := spec.ColumnName(name); {
 		case slices.Contains(reservedFields, name):
 			b.fail(feat, fitem, RuleField, "%q is reserved for the framework (%s)", name, strings.Join(reservedFields, ", "))
 		case !fieldNameRe.MatchString(name):
@@ -238,15 +238,15 @@ func (b *builder) entityFields(feat string, def spec.Entity, names []string) {
 // and, with soft delete, restored.
 func (b *builder) crudEvents(feat, item string, e *Entity) {
 	def := e.def
-	verbs := []feature.CrudVerb{feature.VerbCreate, feature.VerbUpdate, feature.VerbDelete}
+	verbs := []CrudVerb{VerbCreate, VerbUpdate, VerbDelete}
 	if def.SoftDelete {
-		verbs = append(verbs, feature.VerbRestore)
+		verbs = append(verbs, VerbRestore)
 	}
 	for _, v := range verbs {
 		name := v.EventType(def.Name)
-		kind := map[feature.CrudVerb]codec.Kind{
-			feature.VerbCreate: codec.Created, feature.VerbUpdate: codec.Updated,
-			feature.VerbDelete: codec.Empty, feature.VerbRestore: codec.Empty,
+		kind := map[CrudVerb]codec.Kind{
+			VerbCreate: codec.Created, VerbUpdate: codec.Updated,
+			VerbDelete: codec.Empty, VerbRestore: codec.Empty,
 		}[v]
 		if owner, dup := b.eventOwner[name]; dup {
 			b.fail(feat, item, RuleUnique, "its CRUD event %q is already defined by feature %q", name, owner)
@@ -419,23 +419,12 @@ func (b *builder) migrations() {
 // checkRule validates a handler's access rule; false when the handler must
 // not be registered.
 func (b *builder) checkRule(feat, item string, rule feature.Rule, hint string) bool {
-	switch rule.Kind() {
-	case feature.RuleNone:
+	if rule.IsZero() {
 		b.fail(feat, item, RuleAccess, "unreachable handler: no access rule (%s)", hint)
 		return false
-	case feature.RuleRoles:
-		names := rule.RoleNames()
-		if len(names) == 0 {
-			b.fail(feat, item, RuleAccess, "Roles() without role names allows nobody; name the roles or use Deny()")
-			return false
-		}
-		if slices.Contains(names, "") {
-			b.fail(feat, item, RuleAccess, "Roles() has an empty role name")
-			return false
-		}
-	case feature.RuleAnyUser, feature.RuleAnonymous, feature.RuleDeny:
-	default:
-		b.fail(feat, item, RuleAccess, "access rule of unknown kind %d", rule.Kind())
+	}
+	if p := rule.Problem(); p != "" {
+		b.fail(feat, item, RuleAccess, "%s", p)
 		return false
 	}
 	return true
@@ -468,25 +457,25 @@ func (b *builder) crud(feat, entity string, access feature.Access) {
 		b.fail(feat, item, RuleCrud, "Crud is declared twice for the entity")
 		return
 	}
-	codecs := map[feature.CrudVerb]codec.Kind{
-		feature.VerbCreate: codec.Create, feature.VerbUpdate: codec.Update, feature.VerbDelete: codec.ID,
-		feature.VerbRestore: codec.ID, feature.VerbList: codec.List, feature.VerbDetail: codec.Detail,
+	codecs := map[CrudVerb]codec.Kind{
+		VerbCreate: codec.Create, VerbUpdate: codec.Update, VerbDelete: codec.ID,
+		VerbRestore: codec.ID, VerbList: codec.List, VerbDetail: codec.Detail,
 	}
-	for _, v := range feature.CrudVerbs() {
+	for _, v := range CrudVerbs() {
 		name := v.HandlerName(entity)
 		hitem := fmt.Sprintf("handler %q", name)
-		if v == feature.VerbRestore && !e.def.SoftDelete {
+		if v == VerbRestore && !e.def.SoftDelete {
 			if !access.Restore.IsZero() {
 				b.fail(feat, hitem, RuleCrud, "Access.Restore is set but entity %q has no SoftDelete, so there is nothing to restore", entity)
 			}
 			continue
 		}
-		rule := access.For(v)
+		rule := v.Rule(access)
 		hint := "set Access.Write or Access." + strings.ToUpper(string(v[:1])) + string(v[1:])
 		if !v.IsWrite() {
 			hint = "set Access.Read or Access." + strings.ToUpper(string(v[:1])) + string(v[1:])
 		}
-		if !b.checkRule(feat, hitem, rule, hint) || rule.Kind() == feature.RuleDeny {
+		if !b.checkRule(feat, hitem, rule, hint) || rule.IsDeny() {
 			continue
 		}
 		if !b.claimHandler(feat, hitem, name) {
@@ -515,12 +504,12 @@ func (b *builder) handler(feat string, def spec.Handler) {
 	}
 	access := def.Access.(feature.Rule)
 	ruleOK := b.checkRule(feat, item, access, "pass feature.Roles, feature.AnyUser or feature.Anonymous")
-	if ruleOK && access.Kind() == feature.RuleDeny {
+	if ruleOK && access.IsDeny() {
 		b.fail(feat, item, RuleAccess, "unreachable handler: Deny() allows nobody; remove the handler instead")
 		ruleOK = false
 	}
 	payload, inputOK := b.payload(feat, item, def.Input, "input")
-	invoke, _ := def.Invoke.(feature.HandlerFunc)
+	invoke, _ := def.Invoke.(func(feature.CommandContext, any) (any, error))
 	if invoke == nil {
 		invoke = b.wrapHandler(feat, item, def)
 	}
@@ -532,8 +521,8 @@ func (b *builder) handler(feat string, def spec.Handler) {
 }
 
 // wrapHandler checks a reflectively given handler against its input type and
-// wraps it as a HandlerFunc.
-func (b *builder) wrapHandler(feat, item string, def spec.Handler) feature.HandlerFunc {
+// wraps it as an Invoke function.
+func (b *builder) wrapHandler(feat, item string, def spec.Handler) func(feature.CommandContext, any) (any, error) {
 	if def.Handler == nil {
 		b.fail(feat, item, RuleHandler, "handler function is nil")
 		return nil

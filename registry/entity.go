@@ -24,15 +24,15 @@ var ErrUnknownEntity = errors.New("unknown entity")
 // required one. Unknown fields, wrong types, over-long text and values
 // outside an enum are reported together as a *ValidationError, the only kind
 // of error besides an unknown entity or verb.
-func (r *Registry) ValidateEntityInput(entity string, verb feature.CrudVerb, fields map[string]any) (map[string]any, error) {
+func (r *Registry) ValidateEntityInput(entity string, verb CrudVerb, fields map[string]any) (map[string]any, error) {
 	e, ok := r.entities[entity]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownEntity, entity)
 	}
-	if verb != feature.VerbCreate && verb != feature.VerbUpdate {
+	if verb != VerbCreate && verb != VerbUpdate {
 		return nil, fmt.Errorf("validate entity input: verb %q; want create or update", verb)
 	}
-	return codec.ValidateFields(e.codec, verb, fields)
+	return codec.ValidateFields(e.codec, verb == VerbCreate, fields)
 }
 
 // entityTable is the default read table of an entity.
@@ -48,7 +48,7 @@ func entityTable(def spec.Entity, names []string) feature.TableDef {
 	}
 	for _, name := range names {
 		fs := def.Fields[name]
-		col := feature.ColumnName(name)
+		col := spec.ColumnName(name)
 		t.Columns = append(t.Columns, feature.Column{Name: col, Type: fs.Type.ColumnType(), NotNull: fs.Required})
 		if fs.Unique {
 			t.Indexes = append(t.Indexes, feature.Index{Columns: []string{"tenant_id", col}, Unique: true})

@@ -23,7 +23,7 @@ func TestValidateEntityInputCreate(t *testing.T) {
 		"estimate": json.Number("2.5"),
 		"labels":   map[string]any{"a": []any{1, "b"}},
 	}
-	out, err := reg.ValidateEntityInput("task", feature.VerbCreate, in)
+	out, err := reg.ValidateEntityInput("task", registry.VerbCreate, in)
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{
 		"title":    "Write docs",
@@ -38,7 +38,7 @@ func TestValidateEntityInputCreate(t *testing.T) {
 	require.NotContains(t, in, "done")
 
 	// Null takes the default too; an explicit value wins over it.
-	out, err = reg.ValidateEntityInput("task", feature.VerbCreate, map[string]any{"title": "x", "done": nil, "priority": "high"})
+	out, err = reg.ValidateEntityInput("task", registry.VerbCreate, map[string]any{"title": "x", "done": nil, "priority": "high"})
 	require.NoError(t, err)
 	require.Equal(t, false, out["done"])
 	require.Equal(t, "high", out["priority"])
@@ -51,7 +51,7 @@ func TestValidateEntityInputProblems(t *testing.T) {
 	for i := range long {
 		long[i] = 'ä' // counted in characters, not bytes
 	}
-	_, err := reg.ValidateEntityInput("task", feature.VerbCreate, map[string]any{
+	_, err := reg.ValidateEntityInput("task", registry.VerbCreate, map[string]any{
 		"title":    string(long),
 		"done":     "yes",
 		"priority": "urgent",
@@ -70,24 +70,24 @@ func TestValidateEntityInputProblems(t *testing.T) {
 		{Path: "title", Code: "max", Message: "must be at most 200 characters"},
 	}, fieldErrors(t, err))
 
-	_, err = reg.ValidateEntityInput("task", feature.VerbCreate, map[string]any{})
+	_, err = reg.ValidateEntityInput("task", registry.VerbCreate, map[string]any{})
 	require.Equal(t, []registry.FieldError{{Path: "title", Code: "required", Message: "is required"}}, fieldErrors(t, err))
-	_, err = reg.ValidateEntityInput("task", feature.VerbCreate, map[string]any{"title": ""})
+	_, err = reg.ValidateEntityInput("task", registry.VerbCreate, map[string]any{"title": ""})
 	require.Equal(t, []registry.FieldError{{Path: "title", Code: "required", Message: "is required"}}, fieldErrors(t, err))
-	_, err = reg.ValidateEntityInput("task", feature.VerbCreate, map[string]any{"title": nil})
+	_, err = reg.ValidateEntityInput("task", registry.VerbCreate, map[string]any{"title": nil})
 	require.Equal(t, []registry.FieldError{{Path: "title", Code: "required", Message: "is required"}}, fieldErrors(t, err))
-	_, err = reg.ValidateEntityInput("task", feature.VerbCreate, map[string]any{"title": "x", "estimate": json.Number("1e999")})
+	_, err = reg.ValidateEntityInput("task", registry.VerbCreate, map[string]any{"title": "x", "estimate": json.Number("1e999")})
 	require.Equal(t, []registry.FieldError{{Path: "estimate", Code: "type", Message: "must be a number"}}, fieldErrors(t, err))
 }
 
 func TestValidateEntityInputUpdate(t *testing.T) {
 	t.Parallel()
 	reg := buildApp(t)
-	out, err := reg.ValidateEntityInput("task", feature.VerbUpdate, map[string]any{"done": true, "dueAt": nil})
+	out, err := reg.ValidateEntityInput("task", registry.VerbUpdate, map[string]any{"done": true, "dueAt": nil})
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{"done": true, "dueAt": nil}, out, "no defaults on update; null clears an optional field")
 
-	_, err = reg.ValidateEntityInput("task", feature.VerbUpdate, map[string]any{"title": nil, "priority": 3})
+	_, err = reg.ValidateEntityInput("task", registry.VerbUpdate, map[string]any{"title": nil, "priority": 3})
 	require.Equal(t, []registry.FieldError{
 		{Path: "priority", Code: "type", Message: "must be a string"},
 		{Path: "title", Code: "required", Message: "is required and cannot be cleared"},
@@ -97,9 +97,9 @@ func TestValidateEntityInputUpdate(t *testing.T) {
 func TestValidateEntityInputMisuse(t *testing.T) {
 	t.Parallel()
 	reg := buildApp(t)
-	_, err := reg.ValidateEntityInput("ghost", feature.VerbCreate, nil)
+	_, err := reg.ValidateEntityInput("ghost", registry.VerbCreate, nil)
 	require.ErrorIs(t, err, registry.ErrUnknownEntity)
-	_, err = reg.ValidateEntityInput("task", feature.VerbDelete, nil)
+	_, err = reg.ValidateEntityInput("task", registry.VerbDelete, nil)
 	require.ErrorContains(t, err, "want create or update")
 }
 
@@ -291,7 +291,7 @@ func TestEntityFieldDefaultsAreCopies(t *testing.T) {
 		})
 	}))
 	require.NoError(t, err)
-	out, err := reg.ValidateEntityInput("doc", feature.VerbCreate, map[string]any{})
+	out, err := reg.ValidateEntityInput("doc", registry.VerbCreate, map[string]any{})
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{
 		"meta":  map[string]any{"tags": []any{"a"}},
@@ -300,7 +300,7 @@ func TestEntityFieldDefaultsAreCopies(t *testing.T) {
 	}, out, "defaults are normalised like input")
 	out["meta"].(map[string]any)["tags"].([]any)[0] = "changed"
 
-	again, err := reg.ValidateEntityInput("doc", feature.VerbCreate, map[string]any{})
+	again, err := reg.ValidateEntityInput("doc", registry.VerbCreate, map[string]any{})
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{"tags": []any{"a"}}, again["meta"])
 	e, _ := reg.Entity("doc")

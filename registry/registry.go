@@ -95,9 +95,9 @@ type Handler struct {
 	Input reflect.Type
 	// Invoke runs a command or query handler; nil for CRUD handlers, which
 	// the pipeline executes itself (see Verb and Entity).
-	Invoke feature.HandlerFunc
+	Invoke func(ctx feature.CommandContext, in any) (any, error)
 	// Verb and Entity are set for CRUD handlers only.
-	Verb   feature.CrudVerb
+	Verb   CrudVerb
 	Entity string
 }
 
@@ -114,7 +114,7 @@ type EventType struct {
 	GoType reflect.Type
 	// Entity and Verb are set for CRUD events only.
 	Entity string
-	Verb   feature.CrudVerb
+	Verb   CrudVerb
 }
 
 type eventInfo struct {
@@ -135,7 +135,7 @@ type Entity struct {
 	names   []string      // field names, sorted
 	codec   *codec.Entity // shares def.Fields and names
 	table   feature.TableDef
-	verbs   []feature.CrudVerb
+	verbs   []CrudVerb
 }
 
 // Name is the entity name, also the aggregate type of its streams.
@@ -183,7 +183,7 @@ func (e *Entity) Table() feature.TableDef { return e.table.Clone() }
 
 // Verbs lists the CRUD verbs with a handler: none without Crud, and without
 // the verbs whose rule is Deny.
-func (e *Entity) Verbs() []feature.CrudVerb { return slices.Clone(e.verbs) }
+func (e *Entity) Verbs() []CrudVerb { return slices.Clone(e.verbs) }
 
 // Projection is a compiled inline projection.
 type Projection struct {

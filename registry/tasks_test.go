@@ -160,14 +160,14 @@ func TestTasksAppBuildsCleanly(t *testing.T) {
 	require.Equal(t, 100, task.SnapshotEvery())
 	require.Equal(t, 1, task.SnapshotVersion())
 	require.Equal(t, []string{"assignee", "code", "done", "dueAt", "estimate", "labels", "priority", "title"}, task.FieldNames())
-	require.Equal(t, []feature.CrudVerb{"create", "update", "delete", "restore", "list", "detail"}, task.Verbs())
+	require.Equal(t, []registry.CrudVerb{"create", "update", "delete", "restore", "list", "detail"}, task.Verbs())
 	prio, ok := task.Field("priority")
 	require.True(t, ok)
 	require.Equal(t, "normal", prio.Default)
 
 	user, _ := reg.Entity("user")
 	require.True(t, user.SystemStream())
-	require.Equal(t, []feature.CrudVerb{"create", "update", "list", "detail"}, user.Verbs(), "Deny omits delete; no restore without soft delete")
+	require.Equal(t, []registry.CrudVerb{"create", "update", "list", "detail"}, user.Verbs(), "Deny omits delete; no restore without soft delete")
 	_, ok = reg.Handler("user.delete")
 	require.False(t, ok)
 
@@ -207,7 +207,7 @@ func TestHandlers(t *testing.T) {
 	create, ok := reg.Handler("task.create")
 	require.True(t, ok)
 	require.Equal(t, registry.KindWrite, create.Kind)
-	require.Equal(t, feature.VerbCreate, create.Verb)
+	require.Equal(t, registry.VerbCreate, create.Verb)
 	require.Equal(t, "task", create.Entity)
 	require.Equal(t, "tasks", create.Feature)
 	require.Equal(t, reflect.TypeFor[registry.CreateInput](), create.Input)
@@ -269,7 +269,7 @@ func TestEvents(t *testing.T) {
 
 	created, ok := reg.Event("task.created")
 	require.True(t, ok)
-	require.Equal(t, registry.EventType{Name: "task.created", Feature: "tasks", Version: 1, Entity: "task", Verb: feature.VerbCreate}, created)
+	require.Equal(t, registry.EventType{Name: "task.created", Feature: "tasks", Version: 1, Entity: "task", Verb: registry.VerbCreate}, created)
 	_, ok = reg.Event("task.restored")
 	require.True(t, ok)
 	_, ok = reg.Event("user.restored")
@@ -356,7 +356,7 @@ func TestRegistryHandsOutCopies(t *testing.T) {
 	spec, _ = task.Field("priority")
 	require.Equal(t, "low", spec.Enum[0])
 	require.Equal(t, "id", task.Table().Columns[0].Name)
-	require.Equal(t, feature.VerbCreate, task.Verbs()[0])
+	require.Equal(t, registry.VerbCreate, task.Verbs()[0])
 
 	reg.Features()[0].Handlers[0] = "changed"
 	require.Equal(t, "task.create", reg.Features()[0].Handlers[0])

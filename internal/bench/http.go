@@ -20,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumiko-go/kumiko/eventstore"
-	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/kumiko"
 	"github.com/kumiko-go/kumiko/pipeline"
@@ -98,7 +97,7 @@ func (b *bench) httpRows(ctx context.Context) ([]row, error) {
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport}
 
-	handler := feature.VerbCreate.HandlerName("bench_item")
+	handler := registry.VerbCreate.HandlerName("bench_item")
 	writeURL := "http://" + app.Addr() + "/api/write"
 	body := []byte(`{"type":"` + handler + `","payload":` + createPayload + `}`)
 	bearer := "Bearer " + token
@@ -138,7 +137,7 @@ func (b *bench) httpRows(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	evType := feature.VerbCreate.EventType("bench_item")
+	evType := registry.VerbCreate.EventType("bench_item")
 	et, _ := reg.Event(evType)
 	evVersion := max(et.Version, 1)
 	meta := benchMetadata()

@@ -120,7 +120,7 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`,
 
 	var rows []row
 	for _, v := range variants {
-		req := pipeline.Request{Type: feature.VerbCreate.HandlerName(v.entity), Payload: json.RawMessage(createPayload)}
+		req := pipeline.Request{Type: registry.VerbCreate.HandlerName(v.entity), Payload: json.RawMessage(createPayload)}
 		// What the dispatcher stores for req: the decoded fields with their
 		// defaults, as the event payload and as the row's columns.
 		in, err := reg.DecodePayload(req.Type, req.Payload)
@@ -132,7 +132,7 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`,
 		if err != nil {
 			return rows, err
 		}
-		evType := feature.VerbCreate.EventType(v.entity)
+		evType := registry.VerbCreate.EventType(v.entity)
 		et, _ := reg.Event(evType)
 		evVersion := max(et.Version, 1)
 

@@ -37,7 +37,7 @@ var rebuildFeature = feature.Define("benchrebuild", func(r *feature.Registrar) {
 		Source: rebuildEntity,
 		Table:  rebuildCountsTable(rebuildProj),
 		Apply: map[string]feature.ProjectionApplyFunc{
-			feature.VerbCreate.EventType(rebuildEntity): func(ctx feature.ProjectionContext, _ feature.Event) error {
+			registry.VerbCreate.EventType(rebuildEntity): func(ctx feature.ProjectionContext, _ feature.Event) error {
 				_, err := ctx.DB().Exec(ctx.Context(), countUpsert(ctx.Table()), ctx.Tenant())
 				return err
 			},
@@ -229,7 +229,7 @@ func checkCounts(ctx context.Context, b *bench, d *pipeline.Executor, schema, ra
 // kumiko_events with one COPY, then vacuums and analyses the table. Only the
 // events are written: the rebuild needs no read rows.
 func (b *bench) seedRebuild(ctx context.Context, reg *registry.Registry, schema string) error {
-	evType := feature.VerbCreate.EventType(rebuildEntity)
+	evType := registry.VerbCreate.EventType(rebuildEntity)
 	et, ok := reg.Event(evType)
 	if !ok {
 		return fmt.Errorf("no event type %s", evType)

@@ -258,7 +258,7 @@ func printDevHelp(out io.Writer, s Settings, srv Server) {
 	fmt.Fprintf(out, "export TOKEN=%s\n", token)
 	for _, e := range srv.Registry().Entities() {
 		for _, v := range e.Verbs() {
-			if v != feature.VerbCreate {
+			if v != registry.VerbCreate {
 				continue
 			}
 			fmt.Fprintf(out, "curl -s http://%s/api/write -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\\n  -d '{\"type\":\"%s\",\"payload\":{%s}}'\n\n",

@@ -711,10 +711,10 @@ func (o *ops) snapshotCmd() *cobra.Command {
 // detailHandler is the detail query of entity typ, when it has one.
 func detailHandler(reg *registry.Registry, typ string) (registry.Handler, bool) {
 	e, ok := reg.Entity(typ)
-	if !ok || !slices.Contains(e.Verbs(), feature.VerbDetail) {
+	if !ok || !slices.Contains(e.Verbs(), registry.VerbDetail) {
 		return registry.Handler{}, false
 	}
-	return reg.Handler(feature.VerbDetail.HandlerName(e.Name()))
+	return reg.Handler(registry.VerbDetail.HandlerName(e.Name()))
 }
 
 func (o *ops) entityAsOf(ctx context.Context, c *conn, out io.Writer, h registry.Handler, tenant uuid.UUID, typ string, id uuid.UUID, at time.Time) error {

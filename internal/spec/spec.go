@@ -13,6 +13,8 @@ package spec
 import (
 	"reflect"
 	"slices"
+	"strings"
+	"unicode"
 )
 
 // Definitions is a feature's declarations as recorded, in declaration order.
@@ -100,7 +102,7 @@ type Handler struct {
 	// Handler is the function as given to Command or Query, checked against
 	// Input and wrapped by the registry. Nil when Invoke is set.
 	Handler any
-	// Invoke is the feature.HandlerFunc of HandleCommand and HandleQuery;
+	// Invoke is the registry.HandlerFunc of HandleCommand and HandleQuery;
 	// nil otherwise.
 	Invoke any
 }
@@ -197,4 +199,24 @@ func (t FieldType) ColumnType() string {
 		return "jsonb"
 	}
 	return ""
+}
+
+// ColumnName is the read-table column of a camelCase field name:
+// "completedBy" → "completed_by", "userID" → "user_id".
+func ColumnName(field string) string {
+	rs := []rune(field)
+	var b strings.Builder
+	for i, r := range rs {
+		if unicode.IsUpper(r) {
+			prevLower := i > 0 && (unicode.IsLower(rs[i-1]) || unicode.IsDigit(rs[i-1]))
+			nextLower := i > 0 && i+1 < len(rs) && unicode.IsUpper(rs[i-1]) && unicode.IsLower(rs[i+1])
+			if prevLower || nextLower {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(r))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

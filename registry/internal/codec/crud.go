@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
@@ -80,7 +79,7 @@ type ListInput struct {
 
 // SortKey is one ordering key of a list.
 type SortKey struct {
-	// Field is a JSON field name; its column is feature.ColumnName(Field).
+	// Field is a JSON field name; its column is spec.ColumnName(Field).
 	Field string
 	Desc  bool
 }
@@ -202,7 +201,7 @@ func (o *crudObject) changes(e *Entity) map[string]any {
 			o.errs.fail("changes", "required", "must change at least one field")
 			break
 		}
-		out, ferrs := validateFields(e, feature.VerbUpdate, ch, "changes")
+		out, ferrs := validateFields(e, false, ch, "changes")
 		o.errs.merge(ferrs)
 		return out
 	default:
@@ -219,13 +218,13 @@ func decodeCrud(kind Kind, e *Entity, obj map[string]any) (any, problems) {
 		fields := maps.Clone(obj)
 		delete(fields, "id")
 		var ferrs problems
-		in.Fields, ferrs = validateFields(e, feature.VerbCreate, fields, "")
+		in.Fields, ferrs = validateFields(e, true, fields, "")
 		o.errs.merge(ferrs)
 		return in, o.errs
 	case Created:
-		return validateFields(e, feature.VerbCreate, obj, "")
+		return validateFields(e, true, obj, "")
 	case Updated:
-		return validateFields(e, feature.VerbUpdate, obj, "")
+		return validateFields(e, false, obj, "")
 	case Empty:
 		o.only()
 		return map[string]any{}, o.errs

@@ -13,14 +13,13 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // ValidateFields checks entity field values for verb create or update and
 // returns them normalised; see registry.ValidateEntityInput.
-func ValidateFields(e *Entity, verb feature.CrudVerb, fields map[string]any) (map[string]any, error) {
-	out, errs := validateFields(e, verb, fields, "")
+func ValidateFields(e *Entity, create bool, fields map[string]any) (map[string]any, error) {
+	out, errs := validateFields(e, create, fields, "")
 	if !errs.empty() {
 		return nil, errs.err()
 	}
@@ -29,7 +28,7 @@ func ValidateFields(e *Entity, verb feature.CrudVerb, fields map[string]any) (ma
 
 // validateFields is ValidateFields with the paths of problems prefixed by
 // prefix.
-func validateFields(e *Entity, verb feature.CrudVerb, fields map[string]any, prefix string) (map[string]any, problems) {
+func validateFields(e *Entity, create bool, fields map[string]any, prefix string) (map[string]any, problems) {
 	out := make(map[string]any, len(e.Names))
 	var errs problems
 	fail := func(name, code, msg string) { errs.fail(joinKey(prefix, name), code, msg) }
@@ -42,9 +41,9 @@ func validateFields(e *Entity, verb feature.CrudVerb, fields map[string]any, pre
 		v := fields[name]
 		if v == nil {
 			switch {
-			case verb == feature.VerbCreate && fs.HasDefault:
+			case create && fs.HasDefault:
 				// filled in below
-			case fs.Required && verb == feature.VerbUpdate:
+			case fs.Required && !create:
 				fail(name, "required", "is required and cannot be cleared")
 			case fs.Required:
 				fail(name, "required", "is required")
@@ -64,7 +63,7 @@ func validateFields(e *Entity, verb feature.CrudVerb, fields map[string]any, pre
 		}
 		out[name] = nv
 	}
-	if verb == feature.VerbCreate {
+	if create {
 		for _, name := range e.Names {
 			if fields[name] != nil {
 				continue
