@@ -21,6 +21,12 @@ const (
 	StatusIdle     = "idle"
 	StatusDead     = "dead"
 	StatusDisabled = "disabled"
+	// StatusExpired: a prune removed events of the consumer's types after
+	// the shard's cursor (it was disabled meanwhile, or its state comes
+	// from an older backup). The shard delivers nothing until an operator
+	// skips it (Ops.Skip: resume with the oldest retained event after the
+	// cursor, accepting the loss) or rebuilds its projection.
+	StatusExpired = "expired"
 )
 
 // Consumer receives every committed event, in id order, at least once; with

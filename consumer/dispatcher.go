@@ -29,6 +29,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics registers the consumer series; nil keeps them unregistered.
 	Metrics prometheus.Registerer
+	// Heartbeat is how often the process records its liveness in
+	// kumiko_instances — one row write per process per beat, whatever the
+	// number of consumers; default 10s (DefaultHeartbeat).
+	Heartbeat time.Duration
+	// StaleAfter is how old the process's last beat must be for it to be
+	// stale (it is recorded with the beat, so every reader judges alike);
+	// default 1m (DefaultStaleAfter), at least two beats.
+	StaleAfter time.Duration
+	// CollectStale removes the per-instance shards of stale instances
+	// automatically (Ops.CollectStale), at most once per StaleAfter.
+	CollectStale bool
+	// Host and Version describe the process in its liveness record.
+	Host, Version string
 }
 
 // Dispatcher delivers committed events to consumers, asynchronously and
@@ -65,6 +78,15 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = DefaultStaleAfter
+	}
+	if err := cfg.validateLiveness(); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(cfg.Metrics, cfg.InstanceID)
 	if err != nil {
 		return nil, fmt.Errorf("event dispatcher: metrics: %w", err)
@@ -87,25 +109,31 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 }
 
 // Register creates the state row of every consumer shard of this process
-// that does not exist yet. An existing cursor is never moved back.
+// that does not exist yet, in one transaction. An existing cursor is never
+// moved back. A new shard starts on the events that remain: it accepts
+// every prune so far (it is not expired by them).
 func (e *Dispatcher) Register(ctx context.Context) error {
-	var last int64
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, e.sql.registerLock); err != nil {
+			return err
+		}
 		h, err := e.store.HorizonTx(ctx, tx)
-		last = h.LastID
-		return err
+		if err != nil {
+			return err
+		}
+		for _, c := range e.consumers {
+			start := int64(0)
+			if c.StartFrom == feature.FromNow {
+				start = h.LastID
+			}
+			if _, err := tx.Exec(ctx, e.sql.register, c.Name, c.instanceFor(e.cfg.InstanceID), start); err != nil {
+				return fmt.Errorf("consumer %s: %w", c.Name, err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("register consumers: %w", err)
-	}
-	for _, c := range e.consumers {
-		start := int64(0)
-		if c.StartFrom == feature.FromNow {
-			start = last
-		}
-		if _, err := e.pool.Exec(ctx, e.sql.register, c.Name, c.instanceFor(e.cfg.InstanceID), start); err != nil {
-			return fmt.Errorf("register consumer %s: %w", c.Name, err)
-		}
+		return eventstore.TranslateError(fmt.Errorf("register consumers: %w", err))
 	}
 	return nil
 }
@@ -120,9 +148,15 @@ func (e *Dispatcher) RunPass(ctx context.Context, name string) (PassResult, erro
 	return PassResult{}, fmt.Errorf("no consumer %q", name)
 }
 
-// Start registers the consumers and starts their loops and the listener.
-// The loops run until Stop.
+// Start records the process's liveness, registers the consumers and starts
+// their loops, the listener and the heartbeat. They run until Stop.
 func (e *Dispatcher) Start(ctx context.Context) error {
+	started := time.Now()
+	// The liveness record first: a gc running meanwhile then never takes
+	// the shards registered next for those of an unknown instance.
+	if err := e.beat(ctx, e.pool, started, true); err != nil {
+		return eventstore.TranslateError(fmt.Errorf("event dispatcher: %w", err))
+	}
 	if err := e.Register(ctx); err != nil {
 		return err
 	}
@@ -151,6 +185,8 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 	}()
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.store.Listen(runCtx, e.wakeAll) }()
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.heartbeat(runCtx, started) }()
 	for _, c := range e.consumers {
 		wake := make(chan struct{}, 1)
 		e.wakers = append(e.wakers, wake)
@@ -215,6 +251,7 @@ func (e *Dispatcher) loop(ctx context.Context, c Consumer, wake <-chan struct{})
 				e.metrics.cursor(c.Name, instance, res.Cursor, res.Head)
 			}
 			e.metrics.gapWait(c.Name, instance, res.GapWait)
+			e.metrics.expired(c.Name, instance, res.Expired)
 		}
 		woken := wake
 		if ceiling > 0 {

@@ -17,6 +17,8 @@ type metrics struct {
 	position  *prometheus.GaugeVec
 	lag       *prometheus.GaugeVec
 	gap       *prometheus.GaugeVec
+	expiry    *prometheus.GaugeVec
+	stale     *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
@@ -45,11 +47,19 @@ func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
 			Name: "kumiko_event_consumer_gap_wait_seconds",
 			Help: "How long a consumer shard has been holding committed events back behind an id that a transaction still open may commit, as of its last pass; 0 when not waiting. GET /api/consumers and `consumer list` name the backend holding it.",
 		}, labels),
+		expiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kumiko_event_consumer_expired",
+			Help: "1 while a consumer shard is expired: events after its cursor were pruned, and it delivers nothing until an operator skips it or rebuilds its projection.",
+		}, labels),
+		stale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kumiko_instance_stale",
+			Help: "Per instance known to the app (by its liveness record or its per-instance consumer shards): 1 when stale or unknown, 0 while it beats. As of this process's last beat.",
+		}, []string{"instance_id"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.position, m.lag, m.gap} {
+	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.position, m.lag, m.gap, m.expiry, m.stale} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -76,4 +86,12 @@ func (m *metrics) cursor(consumer, instance string, cursor, head int64) {
 
 func (m *metrics) gapWait(consumer, instance string, wait time.Duration) {
 	m.gap.WithLabelValues(consumer, instance).Set(wait.Seconds())
+}
+
+func (m *metrics) expired(consumer, instance string, expired bool) {
+	v := 0.0
+	if expired {
+		v = 1
+	}
+	m.expiry.WithLabelValues(consumer, instance).Set(v)
 }

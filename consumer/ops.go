@@ -33,8 +33,19 @@ type ShardStatus struct {
 	// LagSeconds is the age of the oldest event after Cursor; 0 when the
 	// shard has caught up.
 	LagSeconds float64 `json:"lagSeconds"`
-	// Status is StatusIdle, StatusDead or StatusDisabled.
+	// Status is StatusIdle, StatusDead, StatusDisabled or StatusExpired.
 	Status string `json:"status"`
+	// ExpiredUpTo is, for an expired shard, the highest id of the pruned
+	// events it missed; 0 otherwise.
+	ExpiredUpTo int64 `json:"expiredUpTo"`
+	// Liveness is, for a per-instance shard, whether its process beats:
+	// LivenessLive, LivenessStale (its last beat is older than the
+	// instance's stale threshold) or LivenessUnknown (no process of this
+	// version has run under its id); "" for a shared shard.
+	Liveness string `json:"liveness"`
+	// LastSeen is the last beat of a per-instance shard's process; nil
+	// when unknown or shared.
+	LastSeen *time.Time `json:"lastSeen"`
 	// Attempts counts the failed passes on the event after Cursor since the
 	// last success.
 	Attempts int `json:"attempts"`
@@ -123,8 +134,17 @@ func (o *Ops) Restart(ctx context.Context, name, instanceID string) (ShardStatus
 // still be committed by transactions in flight (ErrGapUnsettled): skipping
 // then could pass an event nobody has seen. It returns the shard after the
 // change.
+//
+// Skipping an expired shard accepts the loss of the pruned events it
+// missed: it becomes idle and resumes from its cursor with the oldest
+// retained event after it; a later prune that removes more of its events
+// expires it again.
 func (o *Ops) Skip(ctx context.Context, name, instanceID string) (ShardStatus, error) {
-	return o.change(ctx, "skip", name, instanceID, []string{StatusDead, StatusIdle}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
+	return o.change(ctx, "skip", name, instanceID, []string{StatusDead, StatusIdle, StatusExpired}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
+		if sh.status == StatusExpired {
+			_, err := tx.Exec(ctx, o.sql.skipExpired, name, sh.instance, StatusIdle)
+			return err
+		}
 		// The horizon first: it judges the events read after it.
 		h, err := o.store.HorizonTx(ctx, tx)
 		if err != nil {
@@ -152,11 +172,11 @@ func (o *Ops) Skip(ctx context.Context, name, instanceID string) (ShardStatus, e
 	})
 }
 
-// Disable stops an idle or dead shard: passes leave a disabled shard alone,
-// its cursor and attempts stay as they are. It returns the shard after the
-// change.
+// Disable stops an idle, dead or expired shard: passes leave a disabled
+// shard alone, its cursor and attempts stay as they are. It returns the
+// shard after the change.
 func (o *Ops) Disable(ctx context.Context, name, instanceID string) (ShardStatus, error) {
-	return o.change(ctx, "disable", name, instanceID, []string{StatusIdle, StatusDead}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
+	return o.change(ctx, "disable", name, instanceID, []string{StatusIdle, StatusDead, StatusExpired}, func(ctx context.Context, tx pgx.Tx, sh opShard) error {
 		_, err := tx.Exec(ctx, o.sql.setStatus, name, sh.instance, StatusDisabled)
 		return err
 	})
@@ -256,7 +276,7 @@ func (o *Ops) status(ctx context.Context, q opsQuerier, name, instance string) (
 func scanShardStatus(row pgx.Row) (ShardStatus, error) {
 	var s ShardStatus
 	err := row.Scan(&s.Name, &s.InstanceID, &s.Cursor, &s.Head, &s.LagEvents, &s.LagSeconds,
-		&s.Status, &s.Attempts, &s.LastError, &s.GapWaitSeconds, &s.GapBackends, &s.UpdatedAt)
+		&s.Status, &s.Attempts, &s.LastError, &s.GapWaitSeconds, &s.GapBackends, &s.UpdatedAt, &s.ExpiredUpTo, &s.Liveness, &s.LastSeen)
 	if s.GapBackends == nil {
 		s.GapBackends = []int32{}
 	}

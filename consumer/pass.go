@@ -25,6 +25,17 @@ type shard struct {
 	// when it is not waiting (gap_since is NULL).
 	gapWait   *float64
 	updatedAt time.Time
+	// prunedAck is the highest pruned id the shard has accepted; pruned
+	// the highest id a prune removed among the consumer's types, as the
+	// pass read it; expiredUpTo the one that expired it.
+	prunedAck, pruned, expiredUpTo int64
+}
+
+// expires reports whether a prune removed events of the consumer's types
+// after the cursor that the shard has not accepted: delivering on would
+// silently miss them.
+func (sh shard) expires() bool {
+	return sh.pruned > sh.cursor && sh.pruned > sh.prunedAck
 }
 
 // unchanged reports whether a pass leaves the row as it found it, so that
@@ -32,7 +43,7 @@ type shard struct {
 func (sh shard) unchanged(before shard, waiting, newGap bool) bool {
 	return sh.cursor == before.cursor && sh.status == before.status && sh.attempts == before.attempts &&
 		sh.lastError == before.lastError && sh.gapHorizon == before.gapHorizon && slices.Equal(sh.gapWriters, before.gapWriters) &&
-		!newGap && waiting == (before.gapWait != nil)
+		sh.expiredUpTo == before.expiredUpTo && !newGap && waiting == (before.gapWait != nil)
 }
 
 // PassResult says what one pass did.
@@ -52,6 +63,10 @@ type PassResult struct {
 	// Failed is the error of an event that failed; the cursor stays
 	// before it unless the consumer skips apply errors.
 	Failed error
+	// Expired reports that the shard is expired (StatusExpired): events
+	// after its cursor were pruned, and it delivers nothing until an
+	// operator skips it or rebuilds its projection.
+	Expired bool
 	// GapWait is how long the shard has been waiting at a gap — committed
 	// events held back behind an id that a transaction still in flight may
 	// commit — as of this pass; 0 when it is not waiting.
@@ -98,18 +113,26 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 		if sh.status == StatusDead && c.RearmAfter > 0 && time.Since(sh.updatedAt) >= c.RearmAfter && sh.attempts < c.MaxAttempts+c.MaxRearms {
 			sh.status = StatusIdle // bounded automatic re-arm; attempts keep counting
 		}
-		if sh.status != StatusIdle {
+		var waiting, newGap bool
+		switch {
+		case sh.status == StatusIdle && sh.expires():
+			sh.status, sh.expiredUpTo, sh.lastError = StatusExpired, sh.pruned, expiredError(sh)
+			e.cfg.Logger.Error("event dispatcher: consumer expired: events after its cursor were pruned",
+				"consumer", c.Name, "instance_id", instance, "cursor", sh.cursor, "pruned_up_to", sh.pruned)
+		case sh.status != StatusIdle:
+			res.Expired = sh.status == StatusExpired
 			return nil
+		default:
+			if waiting, newGap, err = e.deliver(ctx, tx, c, &sh, careful, &res); err != nil {
+				return err
+			}
 		}
-		waiting, newGap, err := e.deliver(ctx, tx, c, &sh, careful, &res)
-		if err != nil {
-			return err
-		}
+		res.Expired = sh.status == StatusExpired
 		if sh.unchanged(before, waiting, newGap) {
 			return nil // an idle pass writes nothing
 		}
 		if _, err := tx.Exec(ctx, e.sql.save, c.Name, instance, sh.cursor, sh.status, sh.attempts, sh.lastError,
-			sh.gapHorizon, sh.gapWriters, waiting, newGap); err != nil {
+			sh.gapHorizon, sh.gapWriters, waiting, newGap, sh.expiredUpTo); err != nil {
 			return fmt.Errorf("save %s/%s: %w", c.Name, instance, err)
 		}
 		return nil
@@ -216,8 +239,8 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 		locked bool
 		head   int64
 	)
-	err = tx.QueryRow(ctx, e.sql.passLock, c.Name, instance).Scan(&locked, &head, &sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
-		&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt)
+	err = tx.QueryRow(ctx, e.sql.passLock, c.Name, instance, c.Types).Scan(&locked, &head, &sh.pruned, &sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
+		&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt, &sh.prunedAck)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return sh, false, nil
@@ -226,10 +249,10 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 	case !locked && sh.status == StatusIdle && sh.gapHorizon == 0 && sh.cursor >= head:
 		res.Locked, res.Cursor, res.Head = true, sh.cursor, head
 		return sh, false, nil
-	case !locked && sh.status != StatusDisabled:
+	case !locked && sh.status != StatusDisabled && sh.status != StatusExpired:
 		return sh, false, nil
 	}
-	// Locked, or disabled: the pass ends at the status check.
+	// Locked, or disabled or expired: the pass ends at the status check.
 	res.Locked, res.Cursor = true, sh.cursor
 	return sh, true, nil
 }
@@ -306,3 +329,11 @@ func overlaps(a, b []string) bool {
 }
 
 func overlapsNone(a, b []string) bool { return len(a) == 0 || !overlaps(a, b) }
+
+// expiredError is the last error of an expired shard: what happened and the
+// operator's choices.
+func expiredError(sh shard) string {
+	return fmt.Sprintf("events up to id %d of the types it consumes were pruned after its cursor %d and are gone; "+
+		"it delivers nothing until you decide: skip it to resume with the oldest retained event after its cursor, "+
+		"or rebuild its projection from the retained events", sh.pruned, sh.cursor)
+}

@@ -7,15 +7,18 @@ import (
 )
 
 // queries holds every statement of the package, qualified with the store's
-// schema. The package owns kumiko_event_consumers (see migrations/); where a
+// schema. The package owns kumiko_event_consumers and kumiko_instances (see
+// migrations/); where a
 // statement must see the log and the shard in one snapshot (the pass's
 // lock, the lag of a status), it reads the log through the event store's
 // SQL functions kumiko_log_*.
 type queries struct {
 	// The passes.
-	register, passLock, save string
+	registerLock, register, passLock, save string
+	// Instance liveness (see liveness.go).
+	beat, instances, gcLock, gcStale, gcCount, gcShards, gcInstances string
 	// The operations.
-	list, status, opLock, next, restart, skip, setStatus string
+	list, status, opLock, next, restart, skip, skipExpired, setStatus string
 	// The prune guard.
 	pruneLock, pruneGuard string
 	// For the owner of a consumer's handler (a projection rebuild).
@@ -25,12 +28,19 @@ type queries struct {
 func newQueries(schema string) queries {
 	r := strings.NewReplacer(
 		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
+		"{instances}", pgx.Identifier{schema, "kumiko_instances"}.Sanitize(),
 		"{log}", pgx.Identifier{schema}.Sanitize()+".kumiko_log",
 	)
 	const cols = `c.last_processed_event_id, c.status, c.attempts, c.last_error, c.gap_horizon, c.gap_writers,
-	EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since)::float8, c.updated_at`
+	EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since)::float8, c.updated_at, c.pruned_ack`
 	q := queries{
-		register: r.Replace(`INSERT INTO {consumers} (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)
+		// ROW EXCLUSIVE conflicts with the prune's SHARE lock: a
+		// registration waits for a running prune to commit, and a new
+		// shard then accepts every prune recorded so far (it starts on
+		// the events that remain).
+		registerLock: r.Replace(`LOCK TABLE {consumers} IN ROW EXCLUSIVE MODE`),
+		register: r.Replace(`INSERT INTO {consumers} (name, instance_id, last_processed_event_id, pruned_ack)
+VALUES ($1, $2, $3, {log}_pruned_up_to(NULL))
 ON CONFLICT (name, instance_id) DO NOTHING`),
 		// The row is locked only when a pass may have something to do: a
 		// disabled shard, or an idle one with no gap recorded and no
@@ -41,20 +51,23 @@ ON CONFLICT (name, instance_id) DO NOTHING`),
 		// unlocked, as the statement's snapshot sees it. head is the newest
 		// committed event id; an event committing later wakes the loop
 		// again. The gap wait is measured on the database's clock, the one
-		// that set gap_since.
-		passLock: r.Replace(`WITH h AS (SELECT {log}_head() AS head),
+		// that set gap_since. An expired shard, like a disabled one, is
+		// never locked. pruned is the highest id a prune removed among the
+		// consumer's types ($3; NULL: all).
+		passLock: r.Replace(`WITH h AS (SELECT {log}_head() AS head, {log}_pruned_up_to($3::text[]) AS pruned),
 l AS (
 	SELECT ` + cols + ` FROM {consumers} c, h
 	WHERE c.name = $1 AND c.instance_id = $2
-		AND c.status <> 'disabled' AND NOT (c.status = 'idle' AND c.gap_horizon = 0 AND c.last_processed_event_id >= h.head)
+		AND c.status NOT IN ('disabled', 'expired') AND NOT (c.status = 'idle' AND c.gap_horizon = 0 AND c.last_processed_event_id >= h.head)
 	FOR UPDATE OF c SKIP LOCKED)
-SELECT true, h.head, l.* FROM l, h
+SELECT true, h.head, h.pruned, l.* FROM l, h
 UNION ALL
-SELECT false, h.head, ` + cols + ` FROM {consumers} c, h
+SELECT false, h.head, h.pruned, ` + cols + ` FROM {consumers} c, h
 WHERE c.name = $1 AND c.instance_id = $2 AND NOT EXISTS (SELECT 1 FROM l)`),
-		// $9: the shard waits at a gap; $10: a new gap, whose wait starts now.
+		// $9: the shard waits at a gap; $10: a new gap, whose wait starts now;
+		// $11: the pruned id that expired it (0 unless expired).
 		save: r.Replace(`UPDATE {consumers} SET last_processed_event_id = $3, status = $4, attempts = $5, last_error = $6,
-	gap_horizon = $7, gap_writers = $8,
+	gap_horizon = $7, gap_writers = $8, expired_up_to = $11,
 	gap_since = CASE WHEN NOT $9 THEN NULL WHEN $10 OR gap_since IS NULL THEN now() ELSE gap_since END,
 	updated_at = now()
 WHERE name = $1 AND instance_id = $2`),
@@ -64,6 +77,9 @@ WHERE name = $1 AND instance_id = $2`),
 	// the age of the first of them. The gap wait of an idle shard, and the
 	// backends of the gap's writers still running: every transaction holds
 	// the lock on its own virtual transaction id until it ends.
+	// The liveness of a per-instance shard's process: live or stale by its
+	// last beat (see staleExpr), unknown when no process of this version has
+	// beaten under its id; '' for a shared shard.
 	const statusRow = `
 SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
 	{log}_count(c.last_processed_event_id, h.head),
@@ -73,11 +89,16 @@ SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
 	CASE WHEN c.status = 'idle' AND c.gap_since IS NOT NULL THEN ARRAY(SELECT l.pid FROM pg_locks l
 		WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY (c.gap_writers) AND l.granted AND l.pid IS NOT NULL ORDER BY l.pid)
 	ELSE '{}'::int[] END,
-	c.updated_at
-FROM {consumers} c CROSS JOIN (SELECT {log}_head() AS head) h`
-	q.list = r.Replace(statusRow + `
+	c.updated_at, c.expired_up_to,
+	CASE WHEN c.instance_id = '` + SharedInstance + `' THEN '' WHEN i.instance_id IS NULL THEN 'unknown'
+		WHEN ` + staleExpr + ` THEN 'stale' ELSE 'live' END,
+	i.last_seen
+FROM {consumers} c CROSS JOIN (SELECT {log}_head() AS head) h
+LEFT JOIN {instances} i ON i.instance_id = c.instance_id`
+	staleNow := strings.ReplaceAll(staleExpr, "$1", "NULL")
+	q.list = r.Replace(strings.ReplaceAll(statusRow, staleExpr, staleNow) + `
 ORDER BY c.name, c.instance_id`)
-	q.status = r.Replace(statusRow + `
+	q.status = r.Replace(strings.ReplaceAll(statusRow, staleExpr, staleNow) + `
 WHERE c.name = $1 AND c.instance_id = $2`)
 	// FOR UPDATE, not SKIP LOCKED: an operation waits for a running pass.
 	q.opLock = r.Replace(`
@@ -95,6 +116,12 @@ UPDATE {consumers} SET last_processed_event_id = $3, status = $4, attempts = 0, 
 	gap_writers = CASE WHEN gap_horizon <= $3 THEN '{}'::text[] ELSE gap_writers END,
 	gap_since = CASE WHEN gap_horizon <= $3 THEN NULL ELSE gap_since END,
 	updated_at = now()
+WHERE name = $1 AND instance_id = $2`)
+	// Skipping an expired shard accepts the loss of the pruned events: it
+	// resumes from its cursor, with the oldest retained event after it.
+	q.skipExpired = r.Replace(`
+UPDATE {consumers} SET status = $3, attempts = 0, last_error = '', pruned_ack = GREATEST(pruned_ack, expired_up_to),
+	expired_up_to = 0, updated_at = now()
 WHERE name = $1 AND instance_id = $2`)
 	// A disabled shard waits for nobody: its gap wait starts afresh with
 	// the first pass after Enable.
@@ -115,11 +142,62 @@ SELECT name, instance_id, last_processed_event_id FROM {consumers}
 WHERE status <> $1
 ORDER BY last_processed_event_id, name, instance_id LIMIT 1`)
 	q.lockShards = r.Replace(`SELECT instance_id FROM {consumers} WHERE name = $1 FOR UPDATE`)
-	// The gap bookkeeping goes with the old cursor.
+	// The gap bookkeeping goes with the old cursor. A rebuild has read
+	// every retained event: an expired shard is idle again, and every
+	// prune so far is accepted.
 	q.moveShards = r.Replace(`
-UPDATE {consumers} SET last_processed_event_id = $2, gap_horizon = 0, gap_writers = '{}', updated_at = now() WHERE name = $1`)
+UPDATE {consumers} SET last_processed_event_id = $2, gap_horizon = 0, gap_writers = '{}',
+	status = CASE WHEN status = 'expired' THEN 'idle' ELSE status END,
+	last_error = CASE WHEN status = 'expired' THEN '' ELSE last_error END,
+	pruned_ack = GREATEST(pruned_ack, {log}_pruned_up_to(NULL)), expired_up_to = 0, updated_at = now()
+WHERE name = $1`)
 	q.createShared = r.Replace(`
-INSERT INTO {consumers} (name, instance_id, last_processed_event_id) VALUES ($1, $2, $3)`)
+INSERT INTO {consumers} (name, instance_id, last_processed_event_id, pruned_ack) VALUES ($1, $2, $3, {log}_pruned_up_to(NULL))`)
 	q.lowestCursor = r.Replace(`SELECT COALESCE(min(last_processed_event_id), 0) FROM {consumers} WHERE name = $1`)
+	q.liveness(r)
 	return q
+}
+
+// staleExpr tells a stale instance row i: its last beat is older than the
+// threshold — $1 when given, else the instance's own stale_after — and
+// than three of its beats, so that no threshold makes a beating process
+// stale.
+const staleExpr = `i.last_seen < now() - GREATEST(COALESCE($1::interval, i.stale_after), 3 * i.heartbeat)`
+
+// liveness sets the statements of the instance table.
+func (q *queries) liveness(r *strings.Replacer) {
+	// One row write per beat. inserted is true when the row did not exist:
+	// on the first beat, or after a gc removed the instance as stale.
+	q.beat = r.Replace(`
+INSERT INTO {instances} AS i (instance_id, host, version, started_at, last_seen, heartbeat, stale_after)
+VALUES ($1, $2, $3, $4, now(), $5, $6)
+ON CONFLICT (instance_id) DO UPDATE SET last_seen = now(), host = EXCLUDED.host, version = EXCLUDED.version,
+	started_at = EXCLUDED.started_at, heartbeat = EXCLUDED.heartbeat, stale_after = EXCLUDED.stale_after
+RETURNING i.xmax = 0`)
+	// Every instance known, by its record or only by its per-instance
+	// shards (unknown liveness), with whether it is stale.
+	q.instances = r.Replace(`
+SELECT i.instance_id, i.host, i.version, i.started_at, i.last_seen, ` + strings.ReplaceAll(staleExpr, "$1", "NULL") + `, true
+FROM {instances} i
+UNION ALL
+SELECT DISTINCT c.instance_id, '', '', NULL::timestamptz, NULL::timestamptz, true, false FROM {consumers} c
+WHERE c.instance_id <> '` + SharedInstance + `' AND NOT EXISTS (SELECT 1 FROM {instances} i WHERE i.instance_id = c.instance_id)
+ORDER BY 1`)
+	// SHARE ROW EXCLUSIVE conflicts with itself and with the beats' row
+	// writes: a beat waits until the gc has committed, and then finds its
+	// row gone (see Dispatcher.beat); a process starting meanwhile records
+	// itself before it registers its shards, so the gc never takes its
+	// shards for those of an unknown instance.
+	q.gcLock = r.Replace(`LOCK TABLE {instances} IN SHARE ROW EXCLUSIVE MODE`)
+	// $1: the threshold (NULL: each instance's own); $2: include the
+	// instances of unknown liveness.
+	q.gcStale = r.Replace(`
+SELECT i.instance_id FROM {instances} i WHERE ` + staleExpr + `
+UNION
+SELECT DISTINCT c.instance_id FROM {consumers} c
+WHERE $2 AND c.instance_id <> '` + SharedInstance + `' AND NOT EXISTS (SELECT 1 FROM {instances} i WHERE i.instance_id = c.instance_id)
+ORDER BY 1`)
+	q.gcCount = r.Replace(`SELECT count(*) FROM {consumers} WHERE instance_id = ANY($1) AND instance_id <> '` + SharedInstance + `'`)
+	q.gcShards = r.Replace(`DELETE FROM {consumers} WHERE instance_id = ANY($1) AND instance_id <> '` + SharedInstance + `'`)
+	q.gcInstances = r.Replace(`DELETE FROM {instances} WHERE instance_id = ANY($1)`)
 }

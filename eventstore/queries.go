@@ -28,6 +28,7 @@ func newQueries(schema string) queries {
 		"{events}", s+".kumiko_events",
 		"{snapshots}", s+".kumiko_snapshots",
 		"{archived}", s+".kumiko_archived_streams",
+		"{pruned}", s+".kumiko_pruned_types",
 		"{cols}", eventColumns,
 	)
 	return queries{
@@ -178,8 +179,12 @@ SELECT COALESCE(max(id), 0) FROM {events} WHERE created_at < $1 AND aggregate_ty
 		pruneCount: r.Replace(`
 SELECT aggregate_type, count(*), max(id) FROM {events} WHERE ` + pruneWhere + `
 GROUP BY aggregate_type`),
+		// The delete records, per event type, the highest id it removed
+		// (kumiko_pruned_types): readers behind it know events are gone.
 		pruneDelete: r.Replace(`
-WITH d AS (DELETE FROM {events} WHERE ` + pruneWhere + ` RETURNING id, aggregate_type)
+WITH d AS (DELETE FROM {events} WHERE ` + pruneWhere + ` RETURNING id, aggregate_type, type),
+w AS (INSERT INTO {pruned} AS p (type, pruned_up_to) SELECT type, max(id) FROM d GROUP BY type
+	ON CONFLICT (type) DO UPDATE SET pruned_up_to = GREATEST(p.pruned_up_to, EXCLUDED.pruned_up_to), pruned_at = now())
 SELECT aggregate_type, count(*), max(id) FROM d GROUP BY aggregate_type`),
 	}
 }
