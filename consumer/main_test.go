@@ -14,6 +14,10 @@ func TestMain(m *testing.M) {
 		runChildDispatcher(url) // a subprocess of TestDispatcherSurvivesSIGKILL
 		return
 	}
+	if id := os.Getenv(childInstanceEnv); id != "" {
+		runChildInstance(id, os.Getenv(childInstanceURL)) // a subprocess of TestStaleInstanceIsCollected
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

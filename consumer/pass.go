@@ -246,7 +246,7 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 		return sh, false, nil
 	case err != nil:
 		return sh, false, fmt.Errorf("lock %s/%s: %w", c.Name, instance, err)
-	case !locked && sh.status == StatusIdle && sh.gapHorizon == 0 && sh.cursor >= head:
+	case !locked && sh.status == StatusIdle && sh.gapHorizon == 0 && sh.cursor >= head && !sh.expires():
 		res.Locked, res.Cursor, res.Head = true, sh.cursor, head
 		return sh, false, nil
 	case !locked && sh.status != StatusDisabled && sh.status != StatusExpired:

@@ -53,12 +53,14 @@ ON CONFLICT (name, instance_id) DO NOTHING`),
 		// again. The gap wait is measured on the database's clock, the one
 		// that set gap_since. An expired shard, like a disabled one, is
 		// never locked. pruned is the highest id a prune removed among the
-		// consumer's types ($3; NULL: all).
+		// consumer's types ($3; NULL: all); a caught-up shard behind it
+		// (the prune removed the newest events) is locked, to expire.
 		passLock: r.Replace(`WITH h AS (SELECT {log}_head() AS head, {log}_pruned_up_to($3::text[]) AS pruned),
 l AS (
 	SELECT ` + cols + ` FROM {consumers} c, h
 	WHERE c.name = $1 AND c.instance_id = $2
-		AND c.status NOT IN ('disabled', 'expired') AND NOT (c.status = 'idle' AND c.gap_horizon = 0 AND c.last_processed_event_id >= h.head)
+		AND c.status NOT IN ('disabled', 'expired') AND NOT (c.status = 'idle' AND c.gap_horizon = 0 AND c.last_processed_event_id >= h.head
+			AND NOT (h.pruned > c.last_processed_event_id AND h.pruned > c.pruned_ack))
 	FOR UPDATE OF c SKIP LOCKED)
 SELECT true, h.head, h.pruned, l.* FROM l, h
 UNION ALL

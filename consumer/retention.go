@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,8 +38,9 @@ import (
 //
 // Disabled shards do not hold a prune back: an event they had not processed
 // may be removed, and a shard enabled again later resumes on the events
-// that remain. Skip or disable a lagging consumer, or delete the row of a
-// decommissioned instance, to let a prune through.
+// that remain; such a shard is expired when it is enabled again (see
+// StatusExpired). Skip or disable a lagging consumer, or remove the rows of
+// an instance that is gone (CollectStale), to let a prune through.
 func (o *Ops) PruneEvents(ctx context.Context, opts eventstore.PruneOptions) (eventstore.PruneResult, error) {
 	if err := validatePrune(opts); err != nil {
 		return eventstore.PruneResult{}, err
@@ -89,8 +89,7 @@ func consumerLagging(name, instance string, cursor, needed int64) *Error {
 	detail := fmt.Sprintf("consumer %s (instance %s) has processed events up to %d, the prune would remove events up to %d; "+
 		"let it catch up, skip it or disable it", name, instance, cursor, needed)
 	if instance != SharedInstance {
-		detail += fmt.Sprintf("; if instance %s is decommissioned, delete its rows: DELETE FROM kumiko_event_consumers WHERE instance_id = '%s'",
-			instance, strings.ReplaceAll(instance, "'", "''"))
+		detail += fmt.Sprintf("; if instance %s is gone for good, `consumer gc` removes its rows once it is stale", instance)
 	}
 	return newError(codeUnprocessable, ReasonLagging, detail,
 		fmt.Errorf("prune events: %s/%s at %d, needs %d: %w", name, instance, cursor, needed, ErrLagging)).

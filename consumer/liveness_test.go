@@ -1,0 +1,236 @@
+package consumer_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotest"
+)
+
+// Short beats, so the liveness tests stay fast: an instance is stale once
+// it has missed its beats for a second, and never before 600ms (three
+// beats; a loaded test machine may stall a process for a few hundred
+// milliseconds).
+const (
+	testHeartbeat  = 200 * time.Millisecond
+	testStaleAfter = time.Second
+)
+
+const (
+	childInstanceEnv = "KUMIKO_TEST_CHILD_INSTANCE"
+	childInstanceURL = "KUMIKO_TEST_CHILD_INSTANCE_URL"
+)
+
+func noop(context.Context, pgx.Tx, eventstore.Event) error { return nil }
+
+// runChildInstance runs a dispatcher with a per-instance and a shared
+// consumer under the instance id id until the process is killed. It is a
+// subprocess of TestStaleInstanceIsCollected.
+func runChildInstance(id, dbURL string) {
+	ctx := context.Background()
+	u, _ := url.Parse(dbURL)
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		panic(err)
+	}
+	store, err := eventstore.New(pool, eventstore.Config{Schema: u.Query().Get("search_path")})
+	if err != nil {
+		panic(err)
+	}
+	e, err := consumer.New(store, consumer.Config{InstanceID: id, PollInterval: 200 * time.Millisecond,
+		Heartbeat: testHeartbeat, StaleAfter: testStaleAfter, Host: "child-host", Version: "v-test"},
+		consumer.Consumer{Name: "feed", Delivery: feature.PerInstance, Handle: noop},
+		consumer.Consumer{Name: "proj", Handle: noop})
+	if err != nil {
+		panic(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		panic(err)
+	}
+	select {} // until killed
+}
+
+// liveness maps each per-instance shard of consumer name to its liveness.
+func liveness(t *testing.T, ops *consumer.Ops, name string) map[string]string {
+	t.Helper()
+	list, err := ops.List(ctx)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, s := range list {
+		if s.Name == name {
+			out[s.InstanceID] = s.Liveness
+		}
+	}
+	return out
+}
+
+// Three processes run a per-instance and a shared consumer; one is killed
+// for good. Its rows hold retention back; once its beats are older than
+// the threshold they are reported stale (the others stay live), gc removes
+// exactly them — never the shared row, never a live instance's — and the
+// prune then goes through.
+func TestStaleInstanceIsCollected(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ops := consumer.NewOps(db.Store)
+	children := map[string]*exec.Cmd{}
+	for _, id := range []string{"pod-1", "pod-2", "pod-3"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childInstanceEnv+"="+id, childInstanceURL+"="+db.URL)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		children[id] = cmd
+	}
+	require.Eventually(t, func() bool {
+		l := liveness(t, ops, "feed")
+		return len(l) == 3 && l["pod-1"] == "live" && l["pod-2"] == "live" && l["pod-3"] == "live"
+	}, 20*time.Second, 10*time.Millisecond, "three processes beat")
+	instances, err := ops.Instances(ctx)
+	require.NoError(t, err)
+	require.Len(t, instances, 3)
+	for _, in := range instances {
+		require.Equal(t, "child-host", in.Host)
+		require.Equal(t, "v-test", in.Version)
+		require.NotNil(t, in.StartedAt)
+		require.False(t, in.Stale)
+	}
+
+	require.NoError(t, children["pod-2"].Process.Signal(syscall.SIGKILL))
+	_ = children["pod-2"].Wait()
+	evs := appendN(t, db.Store, 3)
+	head := evs[2].ID
+	caughtUp := func(s consumer.ShardStatus) bool { return s.Cursor >= head }
+	require.Eventually(t, func() bool {
+		list, err := ops.List(ctx)
+		require.NoError(t, err)
+		for _, s := range list {
+			if s.InstanceID != "pod-2" && !caughtUp(s) {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "the live processes catch up")
+	opts := eventstore.PruneOptions{OlderThan: dbNow(t, db).Add(time.Second), AggregateTypes: []string{"thing"}}
+	_, err = ops.PruneEvents(ctx, opts)
+	requireOpsError(t, err, "unprocessable", consumer.ReasonLagging, consumer.ErrLagging)
+
+	// Before the threshold, gc removes nothing.
+	res, err := ops.CollectStale(ctx, consumer.GCOptions{StaleAfter: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, res.Instances)
+
+	require.Eventually(t, func() bool { return liveness(t, ops, "feed")["pod-2"] == consumer.LivenessStale },
+		20*time.Second, 10*time.Millisecond, "the killed instance goes stale")
+	l := liveness(t, ops, "feed")
+	require.Equal(t, consumer.LivenessLive, l["pod-1"], "%v", l)
+	require.Equal(t, consumer.LivenessLive, l["pod-3"], "%v", l)
+	require.Equal(t, "", liveness(t, ops, "proj")[consumer.SharedInstance], "a shared row has no liveness")
+
+	dry, err := ops.CollectStale(ctx, consumer.GCOptions{DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, consumer.GCResult{Instances: []string{"pod-2"}, Shards: 1}, dry)
+	require.Contains(t, liveness(t, ops, "feed"), "pod-2", "a dry run removes nothing")
+
+	// A threshold below three beats does not make the live ones stale.
+	res, err = ops.CollectStale(ctx, consumer.GCOptions{StaleAfter: time.Nanosecond})
+	require.NoError(t, err)
+	require.Equal(t, consumer.GCResult{Instances: []string{"pod-2"}, Shards: 1}, res)
+
+	list, err := ops.List(ctx)
+	require.NoError(t, err)
+	var left []string
+	for _, s := range list {
+		left = append(left, s.Name+"/"+s.InstanceID)
+	}
+	require.Equal(t, []string{"feed/pod-1", "feed/pod-3", "proj/" + consumer.SharedInstance}, left)
+	instances, err = ops.Instances(ctx)
+	require.NoError(t, err)
+	require.Len(t, instances, 2)
+	require.False(t, slices.ContainsFunc(instances, func(i consumer.Instance) bool { return i.InstanceID == "pod-2" }))
+
+	pruned, err := ops.PruneEvents(ctx, opts)
+	require.NoError(t, err, "retention proceeds")
+	require.Equal(t, int64(3), pruned.Deleted)
+}
+
+// A process whose passes take far longer than the stale threshold, and
+// hold every pooled connection meanwhile, keeps beating: it is never
+// reported stale, and gc never touches it.
+func TestBusyInstanceIsNeverStale(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ops := consumer.NewOps(db.Store)
+	// The dispatcher's own pool: two connections, both held by the passes.
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := eventstore.New(pool, eventstore.Config{Schema: db.Schema})
+	require.NoError(t, err)
+
+	release := make(chan struct{})
+	var entered sync.WaitGroup
+	entered.Add(2)
+	var once [2]atomic.Bool
+	slow := func(i int) consumer.Consumer {
+		return consumer.Consumer{Name: []string{"slow-a", "slow-b"}[i], Delivery: feature.PerInstance,
+			Handle: func(ctx context.Context, _ pgx.Tx, _ eventstore.Event) error {
+				if once[i].CompareAndSwap(false, true) {
+					entered.Done()
+				}
+				<-release
+				return nil
+			}}
+	}
+	e, err := consumer.New(store, consumer.Config{InstanceID: "busy", PollInterval: 10 * time.Millisecond,
+		Heartbeat: testHeartbeat, StaleAfter: testStaleAfter}, slow(0), slow(1))
+	require.NoError(t, err)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	t.Cleanup(func() { close(release) }) // runs before Stop
+	appendOne(t, db.Store)
+	entered.Wait()
+	busySince := dbNow(t, db)
+
+	// Watch it for three thresholds while both passes hold their
+	// connections: every look finds it live.
+	var looks, stale, collected atomic.Int64
+	require.Eventually(t, func() bool {
+		looks.Add(1)
+		for _, name := range []string{"slow-a", "slow-b"} {
+			if liveness(t, ops, name)["busy"] != consumer.LivenessLive {
+				stale.Add(1)
+			}
+		}
+		res, err := ops.CollectStale(ctx, consumer.GCOptions{DryRun: true})
+		if err != nil || len(res.Instances) > 0 {
+			collected.Add(1)
+		}
+		return dbNow(t, db).Sub(busySince) > 3*testStaleAfter
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Zero(t, stale.Load(), "a busy instance is reported live, %d looks", looks.Load())
+	require.Zero(t, collected.Load(), "gc never takes a beating instance")
+	require.Equal(t, 2, countShards(t, db, "busy"))
+}
+
+func countShards(t *testing.T, db *kumikotest.DB, instance string) int {
+	t.Helper()
+	return db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE instance_id = $1", instance)
+}
