@@ -80,6 +80,9 @@ func TestConsumers(t *testing.T) {
 	require.Equal(t, float64(0), cacheRow["lagSeconds"])
 	require.Equal(t, float64(0), cacheRow["attempts"])
 	require.Equal(t, "", cacheRow["lastError"])
+	require.Equal(t, consumer.LivenessUnknown, cacheRow["liveness"], "p1 never beat")
+	require.Nil(t, cacheRow["lastSeen"])
+	require.Equal(t, float64(0), cacheRow["expiredUpTo"])
 
 	mailer := list[1].(map[string]any)
 	require.Equal(t, "mailer", mailer["name"])
@@ -95,6 +98,23 @@ func TestConsumers(t *testing.T) {
 	at, err := time.Parse(time.RFC3339Nano, mailer["updatedAt"].(string))
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now(), at, time.Minute)
+	require.Equal(t, "", mailer["liveness"], "a shared shard has no instance")
+
+	// A running process's per-instance shard: live, with its last beat.
+	d2, err := consumer.New(e.app.Store, consumer.Config{InstanceID: "p2"}, cache)
+	require.NoError(t, err)
+	require.NoError(t, d2.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d2.Stop(context.Background())) })
+	r = e.do(get("/api/consumers", operator))
+	require.Equal(t, http.StatusOK, r.status, r.String())
+	list = r.obj(t)["data"].([]any)
+	require.Len(t, list, 3)
+	p2 := list[1].(map[string]any)
+	require.Equal(t, "p2", p2["instanceId"])
+	require.Equal(t, consumer.LivenessLive, p2["liveness"])
+	seenAt, err := time.Parse(time.RFC3339Nano, p2["lastSeen"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), seenAt, time.Minute)
 
 	// No operator role, no token, another method.
 	requireProblem(t, e.do(get("/api/consumers", alice)), http.StatusForbidden, "access_denied", "")

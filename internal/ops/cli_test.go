@@ -175,11 +175,11 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		require.Equal(t, int64(3), list[0].LagEvents)
 
 		out := ok("consumer", "list")
-		require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+STATUS\s+CURSOR`, out)
-		require.Regexp(t, `(?m)^task-counter\s+__shared__\s+idle\s+0\s+\d+\s+3\s`, out)
+		require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+LIVENESS\s+STATUS\s+CURSOR`, out)
+		require.Regexp(t, `(?m)^task-counter\s+__shared__\s+-\s+idle\s+0\s+\d+\s+3\s`, out)
 
 		require.Contains(t, ok("consumer", "disable", "task-counter"), "consumer task-counter/__shared__ disabled")
-		fails("wrong_state: consumer task-counter/__shared__ is disabled; disable needs it idle or dead", "consumer", "disable", "task-counter")
+		fails("wrong_state: consumer task-counter/__shared__ is disabled; disable needs it idle or dead or expired", "consumer", "disable", "task-counter")
 		fails("wrong_state", "consumer", "restart", "task-counter")
 		var st consumer.ShardStatus
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "status", "task-counter", "--json")), &st))
@@ -191,6 +191,28 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		fails("consumer_not_found: no consumer nope with instance __shared__", "consumer", "status", "nope")
 		fails("consumer_not_found: no consumer task-counter with instance other", "consumer", "enable", "task-counter", "--instance", "other")
 		fails("accepts 1 arg", "consumer", "status")
+	})
+
+	t.Run("consumer gc", func(t *testing.T) {
+		// A per-instance shard of a process that never beat: unknown, kept
+		// unless asked for; the shared shard is never touched.
+		ed, err := consumer.New(s.app.Store, consumer.Config{InstanceID: "old-pod"}, consumer.Consumer{
+			Name: "feed", Delivery: feature.PerInstance,
+			Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
+		})
+		require.NoError(t, err)
+		require.NoError(t, ed.Register(context.Background()))
+		require.Regexp(t, `(?m)^feed\s+old-pod\s+unknown\s+idle\s`, ok("consumer", "list"))
+		require.Contains(t, ok("consumer", "gc"), "no stale instances")
+		require.Contains(t, ok("consumer", "gc", "--unknown", "--dry-run"), "would remove (dry run) 1 shards of 1 stale instances: old-pod")
+		var res consumer.GCResult
+		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "gc", "--unknown", "--json")), &res))
+		require.Equal(t, consumer.GCResult{Instances: []string{"old-pod"}, Shards: 1}, res)
+		var list []consumer.ShardStatus
+		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "list", "--json")), &list))
+		require.Len(t, list, 1)
+		require.Equal(t, consumer.SharedInstance, list[0].InstanceID)
+		fails("--stale-after must be positive", "consumer", "gc", "--stale-after", "-1s")
 	})
 
 	t.Run("inspect", func(t *testing.T) {

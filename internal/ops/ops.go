@@ -321,13 +321,57 @@ func (o *ops) consumerCmd() *cobra.Command {
 		op("skip", "Move a dead or idle shard's cursor past the next event", (*consumer.Ops).Skip, "skipped its next event"),
 		op("disable", "Stop delivering to an idle or dead shard", (*consumer.Ops).Disable, "disabled"),
 		op("enable", "Resume a disabled shard from its cursor", (*consumer.Ops).Enable, "enabled"),
+		o.consumerGCCmd(),
 	)
 	return root
 }
 
+func (o *ops) consumerGCCmd() *cobra.Command {
+	var opts consumer.GCOptions
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove the per-instance shards of stale instances (processes gone for good)",
+		Long: "Remove the per-instance consumer shards and the liveness records of instances whose last beat " +
+			"is older than --stale-after (default: each instance's own threshold, Config.InstanceStaleAfter). " +
+			"An instance is never taken for stale before three of its beats are missing, and shared shards " +
+			"are never touched. --unknown also removes the shards of instances with no liveness record " +
+			"(processes of a version before the beat); use it once every running process is upgraded.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.StaleAfter < 0 {
+				return errors.New("--stale-after must be positive")
+			}
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				res, err := consumer.NewOps(c.store).CollectStale(ctx, opts)
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return writeJSON(out, map[string]any{"instances": res.Instances, "shards": res.Shards, "dryRun": opts.DryRun})
+				}
+				if len(res.Instances) == 0 {
+					fmt.Fprintln(out, "no stale instances")
+					return nil
+				}
+				verb := "removed"
+				if opts.DryRun {
+					verb = "would remove (dry run)"
+				}
+				fmt.Fprintf(out, "%s %d shards of %d stale instances: %s\n", verb, res.Shards, len(res.Instances), strings.Join(res.Instances, ", "))
+				return nil
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.DurationVar(&opts.StaleAfter, "stale-after", 0, "an instance is stale when its last beat is older than this (default: its own threshold)")
+	fl.BoolVar(&opts.DryRun, "dry-run", false, "report what would be removed, remove nothing")
+	fl.BoolVar(&opts.Unknown, "unknown", false, "also remove the shards of instances with no liveness record")
+	return cmd
+}
+
 func printConsumers(out io.Writer, list ...consumer.ShardStatus) error {
 	w := newTable(out)
-	fmt.Fprintln(w, "NAME\tINSTANCE\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tGAP WAIT(s)\tGAP BACKENDS\tATTEMPTS\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(w, "NAME\tINSTANCE\tLIVENESS\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tGAP WAIT(s)\tGAP BACKENDS\tATTEMPTS\tUPDATED\tLAST ERROR")
 	for _, s := range list {
 		lastErr := s.LastError
 		if lastErr == "" {
@@ -338,7 +382,11 @@ func printConsumers(out io.Writer, list ...consumer.ShardStatus) error {
 		if len(s.GapBackends) > 0 {
 			backends = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(s.GapBackends)), ","), "[]")
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%d\t%s\t%s\n", s.Name, s.InstanceID, s.Status, s.Cursor, s.Head,
+		liveness := s.Liveness
+		if liveness == "" {
+			liveness = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%d\t%s\t%s\n", s.Name, s.InstanceID, liveness, s.Status, s.Cursor, s.Head,
 			s.LagEvents, s.LagSeconds, s.GapWaitSeconds, backends, s.Attempts, s.UpdatedAt.UTC().Format(time.RFC3339), lastErr)
 	}
 	return w.Flush()
