@@ -93,4 +93,20 @@ func TestReenabledConsumerAfterPruneExpires(t *testing.T) {
 	_, err = ops.Enable(ctx, "proj", "")
 	require.NoError(t, err)
 	require.True(t, runPass(t, d, "proj").Expired)
+
+	// Rebuilding its projection is the other way out: the rebuild moves
+	// the shards to where it read up to, and they are idle again.
+	head := appendOne(t, db.Store).ID
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	shards, err := ops.LockShardsTx(ctx, tx, "proj")
+	require.NoError(t, err)
+	require.NoError(t, ops.MoveShardsTx(ctx, tx, "proj", head, shards, true))
+	require.NoError(t, tx.Commit(ctx))
+	st, err = ops.Status(ctx, "proj", "")
+	require.NoError(t, err)
+	require.Equal(t, consumer.StatusIdle, st.Status)
+	require.Zero(t, st.ExpiredUpTo)
+	require.Empty(t, st.LastError)
+	require.False(t, runPass(t, d, "proj").Expired)
 }

@@ -234,3 +234,62 @@ func countShards(t *testing.T, db *kumikotest.DB, instance string) int {
 	t.Helper()
 	return db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE instance_id = $1", instance)
 }
+
+// With CollectStale, a running dispatcher removes by itself the shards of
+// an instance that stopped beating — and only those: its own and the
+// shared shard stay.
+func TestDispatcherCollectsStaleInstances(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ops := consumer.NewOps(db.Store)
+	feed := consumer.Consumer{Name: "feed", Delivery: feature.PerInstance, Handle: noop}
+	proj := consumer.Consumer{Name: "proj", Handle: noop}
+	cfg := consumer.Config{PollInterval: 50 * time.Millisecond, Heartbeat: testHeartbeat, StaleAfter: testStaleAfter}
+
+	cfg.InstanceID = "gone"
+	gone, err := consumer.New(db.Store, cfg, feed, proj)
+	require.NoError(t, err)
+	require.NoError(t, gone.Start(ctx))
+	require.NoError(t, gone.Stop(ctx)) // and never comes back
+
+	cfg.InstanceID, cfg.CollectStale = "keeper", true
+	keeper, err := consumer.New(db.Store, cfg, feed, proj)
+	require.NoError(t, err)
+	require.NoError(t, keeper.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, keeper.Stop(context.Background())) })
+
+	require.Eventually(t, func() bool { return countShards(t, db, "gone") == 0 }, 20*time.Second, 20*time.Millisecond,
+		"the stopped instance's shard is removed")
+	require.Equal(t, 1, countShards(t, db, "keeper"))
+	require.Equal(t, 1, countShards(t, db, consumer.SharedInstance))
+	instances, err := ops.Instances(ctx)
+	require.NoError(t, err)
+	require.Len(t, instances, 1)
+	require.Equal(t, "keeper", instances[0].InstanceID)
+}
+
+// A process taken for stale while it was only paused (here: its rows are
+// removed as a gc would) registers its shards again on its next beat, and
+// goes on delivering.
+func TestCollectedLiveInstanceRegistersAgain(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	c := recorder(t, db, "feed", feature.PerInstance)
+	d, err := consumer.New(db.Store, consumer.Config{InstanceID: "paused", PollInterval: 20 * time.Millisecond,
+		Heartbeat: testHeartbeat, StaleAfter: testStaleAfter}, c)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "DELETE FROM kumiko_event_consumers WHERE instance_id = 'paused'")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "DELETE FROM kumiko_instances WHERE instance_id = 'paused'")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	require.Eventually(t, func() bool { return countShards(t, db, "paused") == 1 }, 20*time.Second, 10*time.Millisecond)
+	ev := appendOne(t, db.Store)
+	require.Eventually(t, func() bool { return slices.Contains(seen(t, db, "feed"), ev.ID) }, 20*time.Second, 10*time.Millisecond)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 
@@ -139,6 +141,8 @@ func (a *App) wire() error {
 	}
 	p.Events, err = consumer.New(p.Store, consumer.Config{
 		InstanceID: cfg.InstanceID, Logger: cfg.Logger, Metrics: p.Metrics,
+		Heartbeat: cfg.InstanceHeartbeat, StaleAfter: cfg.InstanceStaleAfter, CollectStale: cfg.CollectStaleInstances,
+		Host: hostname(), Version: buildVersion(),
 	}, consumers...)
 	return err
 }
@@ -280,3 +284,19 @@ func (a *App) MetricsAddr() string { return a.metrics.get() }
 
 // Parts returns the wired components.
 func (a *App) Parts() Parts { return a.parts }
+
+// hostname names the machine in the process's liveness record; "" when
+// unknown.
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// buildVersion is the main module's version in the process's liveness
+// record: a tag, or a pseudo-version; "" when unknown.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Version
+	}
+	return ""
+}

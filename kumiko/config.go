@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/idempotency"
 )
@@ -83,6 +84,21 @@ type Config struct {
 	// InstanceID names this process among the app's processes (consumer
 	// state, metrics). Default: a random UUID, with a warning.
 	InstanceID string
+	// InstanceHeartbeat is how often the process records its liveness
+	// (instance id, host, version, start, last beat) in kumiko_instances:
+	// one row write per beat. Default 10s.
+	InstanceHeartbeat time.Duration
+	// InstanceStaleAfter is how old the process's last beat must be for
+	// it to count as stale — its per-instance consumer shards are then
+	// reported stale, and `consumer gc` removes them. At least two beats;
+	// never effective before three beats are missed. Default 1m.
+	InstanceStaleAfter time.Duration
+	// CollectStaleInstances makes the dispatcher remove the per-instance
+	// consumer shards of stale instances by itself, at most once per
+	// InstanceStaleAfter, so that instances gone for good (autoscaled pods)
+	// neither hold retention back nor leave lag gauges behind. Shared
+	// shards and live instances are never touched. Default off.
+	CollectStaleInstances bool
 	// ShutdownTimeout bounds a graceful stop. Default 15s.
 	ShutdownTimeout time.Duration
 	// IdleInTransactionTimeout is how long a transaction of the server's
@@ -199,6 +215,8 @@ func (c Config) withLimitDefaults() Config {
 			c.RequestTimeout = c.WriteTimeout / 2
 		}
 	}
+	def(&c.InstanceHeartbeat, consumer.DefaultHeartbeat)
+	def(&c.InstanceStaleAfter, consumer.DefaultStaleAfter)
 	def(&c.IdempotencyRetention, DefaultIdempotencyRetention)
 	def(&c.IdempotencyPruneInterval, DefaultIdempotencyPruneInterval)
 	if c.MaxHeaderBytes == 0 {
@@ -254,6 +272,9 @@ func (c Config) validate() error {
 	}
 	if c.IdempotencyRetention > 0 && c.IdempotencyRetention < MinIdempotencyRetention {
 		errs = append(errs, fmt.Errorf("Config.IdempotencyRetention must be at least %s (the replay TTL) or negative (never prune)", MinIdempotencyRetention))
+	}
+	if c.InstanceHeartbeat < 0 || c.InstanceStaleAfter < 2*c.InstanceHeartbeat {
+		errs = append(errs, errors.New("Config.InstanceStaleAfter must be at least two Config.InstanceHeartbeat"))
 	}
 	if c.IdempotencyPruneInterval < 0 {
 		errs = append(errs, errors.New("Config.IdempotencyPruneInterval must not be negative"))
