@@ -229,6 +229,9 @@ func TestLimitConfigValidation(t *testing.T) {
 		"Config.IdempotencyRetention must be at least 24h0m0s": func(c *kumiko.Config) { c.IdempotencyRetention = time.Hour },
 		"Config.MaxHeaderBytes must not be negative":           func(c *kumiko.Config) { c.MaxHeaderBytes = -1 },
 		"Config.IdempotencyPruneInterval must not be negative": func(c *kumiko.Config) { c.IdempotencyPruneInterval = -time.Second },
+		"Config.InstanceStaleAfter must be at least two Config.InstanceHeartbeat": func(c *kumiko.Config) {
+			c.InstanceHeartbeat, c.InstanceStaleAfter = time.Second, time.Second
+		},
 		"Config.RequestTimeout must be less than Config.WriteTimeout": func(c *kumiko.Config) {
 			c.RequestTimeout, c.WriteTimeout = time.Minute, time.Minute
 		},

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/kumiko"
@@ -101,4 +104,40 @@ func TestServerStreamsEvents(t *testing.T) {
 	// With the stream still open, a graceful stop must not run into its
 	// timeout (Shutdown would report the deadline).
 	require.NoError(t, server.Stop(ctx))
+}
+
+// Every process records its liveness; with CollectStaleInstances a running
+// one removes the record of a process that stopped beating.
+func TestWorkersRecordLivenessAndCollectStale(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	cfg := kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
+		InstanceHeartbeat: 100 * time.Millisecond, InstanceStaleAfter: time.Second}
+	start := func(id string, collect bool) *kumiko.App {
+		c := cfg
+		c.InstanceID, c.CollectStaleInstances = id, collect
+		w, err := kumiko.BuildWorker(ctx, c, tasks.Feature, counter)
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		return w
+	}
+	gone := start("w-gone", false)
+	require.NoError(t, gone.Stop(ctx))
+	keeper := start("w-keeper", true)
+	t.Cleanup(func() { _ = keeper.Stop(context.Background()) })
+
+	ops := consumer.NewOps(db.Store)
+	host, _ := os.Hostname()
+	instances, err := ops.Instances(ctx)
+	require.NoError(t, err)
+	i := slices.IndexFunc(instances, func(in consumer.Instance) bool { return in.InstanceID == "w-keeper" })
+	require.GreaterOrEqual(t, i, 0)
+	require.Equal(t, host, instances[i].Host)
+	require.NotNil(t, instances[i].StartedAt)
+	require.Eventually(t, func() bool {
+		instances, err := ops.Instances(ctx)
+		require.NoError(t, err)
+		return len(instances) == 1 && instances[0].InstanceID == "w-keeper" && !instances[0].Stale
+	}, 20*time.Second, 20*time.Millisecond, "the stopped worker's record is collected")
 }
