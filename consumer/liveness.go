@@ -87,7 +87,9 @@ func (o *Ops) Instances(ctx context.Context) ([]Instance, error) {
 // an instance that beats: the threshold is at least three of the
 // instance's beats, and beats wait while it runs. A process that was only
 // paused and beats again afterwards registers its shards anew (Dispatcher
-// logs it).
+// logs it). It waits for a running prune, and fails rather than wait more
+// than 5s for a lock after that (a rebuild holding the shards): run it
+// again later.
 func (o *Ops) CollectStale(ctx context.Context, opts GCOptions) (GCResult, error) {
 	res := GCResult{Instances: []string{}}
 	var threshold *time.Duration
@@ -95,8 +97,10 @@ func (o *Ops) CollectStale(ctx context.Context, opts GCOptions) (GCResult, error
 		threshold = &opts.StaleAfter
 	}
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, o.sql.gcLock); err != nil {
-			return fmt.Errorf("lock: %w", err)
+		for _, stmt := range []string{o.sql.gcLockShards, o.sql.gcTimeout, o.sql.gcLock} {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("lock: %w", err)
+			}
 		}
 		rows, err := tx.Query(ctx, o.sql.gcStale, threshold, opts.Unknown)
 		if err != nil {

@@ -16,7 +16,7 @@ type queries struct {
 	// The passes.
 	registerLock, register, passLock, save string
 	// Instance liveness (see liveness.go).
-	beat, instances, gcLock, gcStale, gcCount, gcShards, gcInstances string
+	beat, instances, gcTimeout, gcLockShards, gcLock, gcStale, gcCount, gcShards, gcInstances string
 	// The operations.
 	list, status, opLock, next, restart, skip, skipExpired, setStatus string
 	// The prune guard.
@@ -185,6 +185,13 @@ UNION ALL
 SELECT DISTINCT c.instance_id, '', '', NULL::timestamptz, NULL::timestamptz, true, false FROM {consumers} c
 WHERE c.instance_id <> '` + SharedInstance + `' AND NOT EXISTS (SELECT 1 FROM {instances} i WHERE i.instance_id = c.instance_id)
 ORDER BY 1`)
+	// A gc waits for a running prune (whose SHARE lock conflicts with
+	// ROW EXCLUSIVE) before it locks the instances, so beats are not held
+	// up meanwhile; and it gives up rather than hold them up for long (a
+	// rebuild holding the shards' rows): a beat that waits too long would
+	// make its process look stale to the next gc.
+	q.gcTimeout = `SET LOCAL lock_timeout = '5s'`
+	q.gcLockShards = r.Replace(`LOCK TABLE {consumers} IN ROW EXCLUSIVE MODE`)
 	// SHARE ROW EXCLUSIVE conflicts with itself and with the beats' row
 	// writes: a beat waits until the gc has committed, and then finds its
 	// row gone (see Dispatcher.beat); a process starting meanwhile records
