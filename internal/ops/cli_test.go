@@ -185,7 +185,7 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "status", "task-counter", "--json")), &st))
 		require.Equal(t, consumer.StatusDisabled, st.Status)
 		require.Contains(t, ok("consumer", "enable", "task-counter"), "enabled")
-		require.Contains(t, ok("consumer", "skip", "task-counter"), "skipped its next event")
+		require.Contains(t, ok("consumer", "skip", "task-counter"), "consumer task-counter/__shared__ skipped")
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "status", "task-counter", "--json")), &st))
 		require.Equal(t, int64(2), st.LagEvents)
 		fails("consumer_not_found: no consumer nope with instance __shared__", "consumer", "status", "nope")

@@ -318,8 +318,8 @@ func (o *ops) consumerCmd() *cobra.Command {
 	root.AddCommand(
 		op("status", "Show one consumer shard", (*consumer.Ops).Status, ""),
 		op("restart", "Bring a dead shard back to idle; it retries the event that failed", (*consumer.Ops).Restart, "restarted"),
-		op("skip", "Move a dead or idle shard's cursor past the next event", (*consumer.Ops).Skip, "skipped its next event"),
-		op("disable", "Stop delivering to an idle or dead shard", (*consumer.Ops).Disable, "disabled"),
+		op("skip", "Move a dead or idle shard's cursor past the next event; resume an expired one with the oldest retained event", (*consumer.Ops).Skip, "skipped"),
+		op("disable", "Stop delivering to an idle, dead or expired shard", (*consumer.Ops).Disable, "disabled"),
 		op("enable", "Resume a disabled shard from its cursor", (*consumer.Ops).Enable, "enabled"),
 		o.consumerGCCmd(),
 	)
