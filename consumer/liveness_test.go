@@ -2,10 +2,12 @@ package consumer_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/consumer"
@@ -292,4 +295,50 @@ func TestCollectedLiveInstanceRegistersAgain(t *testing.T) {
 	require.Eventually(t, func() bool { return countShards(t, db, "paused") == 1 }, 20*time.Second, 10*time.Millisecond)
 	ev := appendOne(t, db.Store)
 	require.Eventually(t, func() bool { return slices.Contains(seen(t, db, "feed"), ev.ID) }, 20*time.Second, 10*time.Millisecond)
+}
+
+// kumiko_instance_stale reports every instance the app knows: 0 for one
+// that beats, 1 for one that does not (here: known only by its shard).
+// kumiko_event_consumer_expired is 0 for a shard delivering normally.
+func TestLivenessMetrics(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	feed := consumer.Consumer{Name: "feed", Delivery: feature.PerInstance, Handle: noop}
+	newEventDispatcher(t, db, "ghost", feed) // registered, never beating
+	reg := prometheus.NewRegistry()
+	d, err := consumer.New(db.Store, consumer.Config{InstanceID: "watcher", PollInterval: 20 * time.Millisecond,
+		Heartbeat: testHeartbeat, StaleAfter: testStaleAfter, Metrics: reg}, feed)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+	appendOne(t, db.Store)
+	stale := func(id string) string {
+		return fmt.Sprintf("kumiko_instance_stale{instance_id=%q}", id)
+	}
+	require.Eventually(t, func() bool {
+		got := gauges(t, reg)
+		return got[stale("ghost")] == "1" && got[stale("watcher")] == "0" &&
+			got[`kumiko_event_consumer_expired{consumer="feed",instance_id="watcher"}`] == "0"
+	}, 20*time.Second, 20*time.Millisecond)
+}
+
+// gauges renders every gauge series of reg as name{labels} → value.
+func gauges(t *testing.T, reg *prometheus.Registry) map[string]string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if m.GetGauge() == nil {
+				continue
+			}
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = fmt.Sprint(m.GetGauge().GetValue())
+		}
+	}
+	return out
 }
