@@ -49,7 +49,11 @@ var ErrInvalidPrune = errors.New("invalid prune options")
 // Snapshots and archive markers are kept: a snapshot stands for the events
 // up to its version, so it still serves loads of streams whose early events
 // are gone. Consumers are the guard's business: use consumer.Ops.PruneEvents,
-// which never removes an event a consumer has not processed.
+// which never removes an event a consumer has not processed. The delete
+// records, per event type, the highest id it removed (kumiko_pruned_types,
+// read through the SQL function kumiko_log_pruned_up_to), so a reader whose
+// cursor lies behind it — one that was let through disabled, or restored
+// from an older backup — learns that events are gone.
 func (s *Store) Prune(ctx context.Context, opts PruneOptions) (PruneResult, error) {
 	if err := opts.validate(); err != nil {
 		return PruneResult{}, err
