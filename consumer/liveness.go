@@ -28,11 +28,16 @@ const (
 // its per-instance shards (Recorded false: no process of this version has
 // run under its id).
 type Instance struct {
-	InstanceID string     `json:"instanceId"`
-	Host       string     `json:"host"`
-	Version    string     `json:"version"`
-	StartedAt  *time.Time `json:"startedAt"`
-	LastSeen   *time.Time `json:"lastSeen"`
+	// InstanceID is the process's Config.InstanceID.
+	InstanceID string `json:"instanceId"`
+	// Host and Version are what the process recorded (Config.Host,
+	// Config.Version); "" when not Recorded.
+	Host    string `json:"host"`
+	Version string `json:"version"`
+	// StartedAt is when the process started its dispatcher, LastSeen its
+	// last beat; nil when not Recorded.
+	StartedAt *time.Time `json:"startedAt"`
+	LastSeen  *time.Time `json:"lastSeen"`
 	// Stale: the last beat is older than the instance's threshold (and
 	// than three of its beats); always true when not Recorded.
 	Stale    bool `json:"stale"`
