@@ -81,6 +81,9 @@ type CommandContext interface {
 	// table-backed multi-stream projection, or an entity's read table by
 	// entity name), filtered to the request's tenant.
 	QueryProjection(name string) ProjectionQuery
+
+	// Publish publishes an integration event; see [Registrar.IntegrationEvent].
+	Publish(event string, payload any) error
 }
 
 // LoadOptions bound an aggregate load. The zero value loads the current
@@ -233,4 +236,7 @@ type ApplyContext interface {
 	// LoadAggregate reads a stream of the event's tenant, as
 	// CommandContext.LoadAggregate.
 	LoadAggregate(id uuid.UUID, aggregateType string, opts LoadOptions) (Aggregate, error)
+	// Publish publishes an integration event in the pass transaction, in
+	// the event's tenant and as its user; see [Registrar.IntegrationEvent].
+	Publish(event string, payload any) error
 }

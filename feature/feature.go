@@ -103,6 +103,8 @@ func (f *Feature) Spec() spec.Definitions {
 	for _, m := range f.defs.MSPs {
 		d.MSPs = append(d.MSPs, m.(MultiStreamProjection).clone())
 	}
+	d.Contracts = slices.Clone(f.defs.Contracts)
+	d.IntegrationHandlers = slices.Clone(f.defs.IntegrationHandlers)
 	d.Problems = slices.Clone(f.defs.Problems)
 	return d
 }

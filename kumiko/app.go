@@ -19,6 +19,7 @@ import (
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/internal/migrations"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
@@ -33,6 +34,7 @@ type Parts struct {
 	Registry    *registry.Registry
 	Executor    *pipeline.Executor
 	Events      *consumer.Dispatcher
+	Integration *integration.Service
 	Idempotency idempotency.Store
 	HTTP        *khttp.Server
 	Metrics     *prometheus.Registry
@@ -47,8 +49,10 @@ type App struct {
 	parts    Parts
 	withHTTP bool
 	redis    *redis.Client // the idempotency store's client; nil without Config.RedisURL
-	addr     listenAddr
-	metrics  listenAddr
+	// transport carries integration events; nil = in process.
+	transport integration.Transport
+	addr      listenAddr
+	metrics   listenAddr
 
 	begun bool                              // Start was called
 	stops []func(ctx context.Context) error // of the started parts, in start order
@@ -133,6 +137,14 @@ func (a *App) wire() error {
 		return err
 	}
 	consumers := p.Executor.Consumers()
+	if p.Integration, err = integration.New(p.Executor, p.Store, integration.Config{
+		Transport: a.transport, Logger: cfg.Logger, Metrics: p.Metrics,
+	}); err != nil {
+		return err
+	}
+	if relay, ok := p.Integration.Relay(); ok {
+		consumers = append(consumers, relay)
+	}
 	if a.withHTTP {
 		if err := a.wireHTTP(); err != nil {
 			return err
@@ -198,7 +210,8 @@ func (a *App) steps() []step {
 	if a.redis != nil {
 		steps = append(steps, step{stop: func(context.Context) error { return a.redis.Close() }})
 	}
-	steps = append(steps, step{start: p.Events.Start, stop: p.Events.Stop})
+	steps = append(steps, step{start: p.Integration.Start, stop: p.Integration.Stop},
+		step{start: p.Events.Start, stop: p.Events.Stop})
 	if cfg.MetricsAddr != "" {
 		steps = append(steps, metricsListener(cfg, p.Metrics, &a.metrics))
 	}

@@ -25,9 +25,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
-	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/internal/migrations"
 )
 
 // DefaultDatabaseURL is used when DATABASE_URL is not set.
@@ -84,8 +83,9 @@ func MaxConns(n int32) Option { return func(o *options) { o.maxConns = n } }
 // StoreConfig sets the event store configuration; its Schema is overridden.
 func StoreConfig(c eventstore.Config) Option { return func(o *options) { o.store = c } }
 
-// NewDB creates a fresh schema for t, migrated by the event store, the
-// consumer dispatcher and the executor, and drops it when t ends.
+// NewDB creates a fresh schema for t, migrated by every owner of tables (the
+// event store, the consumer dispatcher, the executor, the integration
+// inbox), and drops it when t ends.
 func NewDB(t testing.TB, opts ...Option) *DB {
 	t.Helper()
 	o := options{maxConns: 10}
@@ -127,12 +127,8 @@ func NewDB(t testing.TB, opts ...Option) *DB {
 	if db.Store, err = eventstore.New(pool, sc); err != nil {
 		t.Fatalf("kumikotest: %v", err)
 	}
-	for _, migrate := range []func(context.Context, *eventstore.Store) ([]int, error){
-		func(ctx context.Context, s *eventstore.Store) ([]int, error) { return s.Migrate(ctx) }, consumer.Migrate, pipeline.Migrate,
-	} {
-		if _, err := migrate(ctx, db.Store); err != nil {
-			t.Fatalf("kumikotest: %v", err)
-		}
+	if _, err := migrations.All(ctx, db.Store); err != nil {
+		t.Fatalf("kumikotest: %v", err)
 	}
 	return db
 }

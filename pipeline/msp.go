@@ -50,14 +50,9 @@ func (d *Executor) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, tab
 		return 0, nil
 	}
 	// Scope the transaction to the event's tenant for row-level security
-	// policies and the projection's own SQL: current_setting('kumiko.tenant_id')
-	// is the tenant, and empty for events of the system tenant, which are
-	// cross-tenant. SET LOCAL semantics: it ends with the pass.
-	scope := ev.TenantID.String()
-	if ev.TenantID == eventstore.SystemTenant {
-		scope = ""
-	}
-	if _, err := tx.Exec(ctx, "SELECT set_config('kumiko.tenant_id', $1, true)", scope); err != nil {
+	// policies and the projection's own SQL. SET LOCAL semantics: it ends
+	// with the pass.
+	if err := scopeTenant(ctx, tx, ev.TenantID); err != nil {
 		return 0, err
 	}
 	c := &Caller{

@@ -76,6 +76,7 @@ func newBuilder() *builder {
 			emits:       map[string]map[string]bool{},
 			payloads:    map[string]*codec.Payload{},
 			codec:       codec.New(),
+			contracts:   map[string]Contract{},
 		},
 		info:         map[string]*FeatureInfo{},
 		entityOwner:  map[string]string{},
@@ -128,6 +129,7 @@ func (b *builder) build(features []*feature.Feature) {
 		}
 	}
 	b.migrations()
+	b.integration()
 	for _, d := range b.defs {
 		for _, c := range d.Cruds {
 			b.crud(d.Name, c.Entity, c.Access.(feature.Access))
@@ -141,6 +143,11 @@ func (b *builder) build(features []*feature.Feature) {
 			h := b.reg.handlers[name]
 			b.fail(h.Feature, fmt.Sprintf("handler %q", name), RuleUnique,
 				"the name is also an event of feature %q; event and handler names share one namespace", owner)
+		}
+		if c, ok := b.reg.contracts[name]; ok {
+			h := b.reg.handlers[name]
+			b.fail(h.Feature, fmt.Sprintf("handler %q", name), RuleUnique,
+				"the name is also an integration event of feature %q; they share one namespace", c.Feature)
 		}
 	}
 	for _, d := range b.defs {

@@ -26,8 +26,11 @@ type Registry struct {
 	mspOrder    []*MSP
 	bySource    map[string][]*Projection
 	emits       map[string]map[string]bool // feature → event types it may append
-	payloads    map[string]*codec.Payload  // event and handler types → payload
+	payloads    map[string]*codec.Payload  // event, contract and handler types → payload
 	codec       *codec.Codec
+
+	contracts           map[string]Contract
+	integrationHandlers []IntegrationHandler
 }
 
 var _ eventstore.Upcaster = (*Registry)(nil)

@@ -20,6 +20,8 @@ var forbidden = map[string][]string{
 	"consumer":   {"pipeline", "registry", "http", "kumiko", "cli", "internal/ops"},
 	"eventstore": {"feature", "registry", "pipeline", "consumer", "http", "kumiko", "cli", "internal/ops"},
 	"pipeline":   {"http", "kumiko", "cli", "internal/ops"},
+	// Integration events sit on the executor; the facade wires them.
+	"integration": {"http", "kumiko", "cli", "internal/ops"},
 }
 
 func TestPackagesImportOnlyDownwards(t *testing.T) {

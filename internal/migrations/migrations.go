@@ -8,21 +8,22 @@ import (
 
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // Applied names the versions of one owner's migrations that All applied.
 type Applied struct {
-	// Owner is the package that owns the tables: "eventstore", "consumer"
-	// or "pipeline".
+	// Owner is the package that owns the tables: "eventstore", "consumer",
+	// "pipeline" or "integration".
 	Owner string
 	// Versions are the versions applied, in order.
 	Versions []int
 }
 
 // All applies the migrations of the event store and of the packages that own
-// tables next to it, in order — eventstore, consumer, pipeline — each under
-// the store's migration lock, so any number of processes may call it at
+// tables next to it, in order — eventstore, consumer, pipeline, integration
+// — each under the store's migration lock, so any number of processes may call it at
 // once. It returns the owners that had something to apply, also when a
 // later owner fails.
 func All(ctx context.Context, store *eventstore.Store) ([]Applied, error) {
@@ -34,6 +35,7 @@ func All(ctx context.Context, store *eventstore.Store) ([]Applied, error) {
 		{"eventstore", func(ctx context.Context, s *eventstore.Store) ([]int, error) { return s.Migrate(ctx) }},
 		{"consumer", consumer.Migrate},
 		{"pipeline", pipeline.Migrate},
+		{"integration", integration.Migrate},
 	} {
 		versions, err := m.run(ctx, store)
 		if err != nil {

@@ -28,6 +28,11 @@ type Definitions struct {
 	Projections []Projection
 	// MSPs holds feature.MultiStreamProjection values.
 	MSPs []any
+	// Contracts are integration events declared with
+	// Registrar.IntegrationEvent.
+	Contracts []Event
+	// IntegrationHandlers are declared with Registrar.OnIntegrationEvent.
+	IntegrationHandlers []IntegrationHandler
 	// Problems are mistakes found while recording; each fails the boot.
 	Problems []Problem
 }
@@ -219,4 +224,15 @@ func ColumnName(field string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// IntegrationHandler is a handler declared with Registrar.OnIntegrationEvent.
+type IntegrationHandler struct {
+	// Event is the integration event (contract) it handles.
+	Event string
+	// Name identifies the handler in the inbox; unique in the app.
+	Name string
+	// Handle is the func(feature.CommandContext, feature.Message) error
+	// given; nil when it was nil.
+	Handle any
 }

@@ -1,0 +1,87 @@
+package feature
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/internal/spec"
+)
+
+// IntegrationEvent declares a contract: an event that leaves the app (to its
+// own handlers and to other apps) once the transaction that published it
+// commits. Sender and receiver declare the same contract, best from a shared
+// package. The payload is a value of a Go struct type with `json` and
+// `validate` tags, checked on publish; the name is lowercase and dotted
+// (`order.shipped`) and shares its namespace with domain events and handlers.
+// [EventVersion] sets the contract's version (default 1), which travels with
+// every message.
+//
+// Any feature of the app may publish it with CommandContext.Publish or
+// ApplyContext.Publish.
+func (r *Registrar) IntegrationEvent(name string, payload any, opts ...EventOption) {
+	def := spec.Event{Name: name, Payload: reflect.TypeOf(payload), Version: 1}
+	for _, o := range opts {
+		if o.apply == nil {
+			r.problem(item("integration event", name), "zero EventOption; use the feature option constructors")
+			continue
+		}
+		o.apply(&def)
+	}
+	r.record(item("integration event", name), func(d *spec.Definitions) { d.Contracts = append(d.Contracts, def) })
+}
+
+// OnIntegrationEvent declares handler, called handlerName, for the
+// integration event (a contract declared in the app). It runs once per
+// message in a write transaction of its own — its writes commit together with
+// the record that it handled the message, so a redelivered message skips it —
+// as the publishing user in the publishing tenant, with the message's
+// correlation id and the message id as causation. A failing handler is
+// retried; it never holds back the other handlers of the message.
+// handlerName is lowercase (letters, digits, '-', '_', '.') and unique among
+// the app's integration handlers: renaming it runs it again for messages
+// still in flight.
+func (r *Registrar) OnIntegrationEvent(event, handlerName string, handler func(ctx CommandContext, m Message) error) {
+	def := spec.IntegrationHandler{Event: event, Name: handlerName}
+	if handler != nil {
+		def.Handle = handler
+	}
+	r.record(item("integration handler", handlerName), func(d *spec.Definitions) {
+		d.IntegrationHandlers = append(d.IntegrationHandlers, def)
+	})
+}
+
+// Message is an integration event as a handler receives it.
+type Message struct {
+	// ID is stable across redeliveries and retries.
+	ID uuid.UUID
+	// Type is the contract's name, Version the contract version it was
+	// published with.
+	Type    string
+	Version int
+	// Payload is the JSON object published; see Decode.
+	Payload json.RawMessage
+	// TenantID, UserID and CorrelationID are the publisher's.
+	TenantID      uuid.UUID
+	UserID        string
+	CorrelationID string
+	// CausationID is what the publisher reacted to, when it did: an event
+	// id, or another message's id.
+	CausationID string
+	// Headers are the publishing request's event headers (trace context
+	// among them).
+	Headers map[string]string
+	// PublishedAt is when the publishing transaction appended it.
+	PublishedAt time.Time
+}
+
+// Decode unmarshals the payload into v, leniently about fields v lacks.
+func (m Message) Decode(v any) error {
+	if err := json.Unmarshal(m.Payload, v); err != nil {
+		return fmt.Errorf("decode %s message %s: %w", m.Type, m.ID, err)
+	}
+	return nil
+}

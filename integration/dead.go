@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+)
+
+// ErrDeadNotFound is returned when no dead message matches.
+var ErrDeadNotFound = errors.New("no such dead message")
+
+// DeadMessage is a message a handler failed on every attempt.
+type DeadMessage struct {
+	Message   feature.Message
+	Handler   string
+	Attempts  int
+	LastError string
+	DeadAt    time.Time
+}
+
+// Dead operates the dead messages of the in-process transport. It needs
+// only the store; Retry needs the Service, which has the handlers.
+type Dead struct {
+	store *eventstore.Store
+	sql   queries
+}
+
+// NewDead returns the dead messages' operations on store's schema.
+func NewDead(store *eventstore.Store) *Dead {
+	return &Dead{store: store, sql: newQueries(store.Schema())}
+}
+
+// List returns up to limit dead messages, oldest first.
+func (d *Dead) List(ctx context.Context, limit int) ([]DeadMessage, error) {
+	rows, err := d.store.Pool().Query(ctx, d.sql.listDead, limit)
+	if err != nil {
+		return nil, eventstore.TranslateError(err)
+	}
+	return collectDead(rows)
+}
+
+// Drop deletes the dead message id of handler ("" = of every handler) and
+// returns how many it deleted; ErrDeadNotFound when none.
+func (d *Dead) Drop(ctx context.Context, id uuid.UUID, handler string) (int64, error) {
+	tag, err := d.store.Pool().Exec(ctx, d.sql.dropDead, id, handler)
+	if err != nil {
+		return 0, eventstore.TranslateError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, fmt.Errorf("%w: %s", ErrDeadNotFound, id)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (d *Dead) get(ctx context.Context, id uuid.UUID, handler string) ([]DeadMessage, error) {
+	rows, err := d.store.Pool().Query(ctx, d.sql.getDead, id, handler)
+	if err != nil {
+		return nil, eventstore.TranslateError(err)
+	}
+	out, err := collectDead(rows)
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("%w: %s", ErrDeadNotFound, id)
+	}
+	return out, err
+}
+
+func collectDead(rows pgx.Rows) ([]DeadMessage, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadMessage, error) {
+		var (
+			dm     DeadMessage
+			id     uuid.UUID
+			typ    string
+			tenant uuid.UUID
+			raw    []byte
+		)
+		if err := r.Scan(&id, &dm.Handler, &typ, &tenant, &raw, &dm.Attempts, &dm.LastError, &dm.DeadAt); err != nil {
+			return dm, err
+		}
+		if err := json.Unmarshal(raw, &dm.Message); err != nil {
+			return dm, fmt.Errorf("dead message %s: %w", id, err)
+		}
+		return dm, nil
+	})
+}
+
+// Retry runs the handler of the dead message id ("" = every handler it is
+// dead for) once more; a success removes it from the dead messages, a
+// failure keeps it with the new error and returns it.
+func (s *Service) Retry(ctx context.Context, id uuid.UUID, handler string) error {
+	d := NewDead(s.store)
+	dead, err := d.get(ctx, id, handler)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, dm := range dead {
+		if !s.hasHandler(dm.Message.Type, dm.Handler) {
+			errs = append(errs, fmt.Errorf("handler %s of %s is not in this app; drop the message instead", dm.Handler, dm.Message.Type))
+			continue
+		}
+		if herr := s.handle(ctx, dm.Message, dm.Handler)[dm.Handler]; herr != nil {
+			errs = append(errs, fmt.Errorf("handler %s: %w", dm.Handler, herr))
+			if err := s.putDead(ctx, dm.Message, dm.Handler, 1, herr); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if _, err := d.Drop(ctx, id, dm.Handler); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) hasHandler(typ, name string) bool {
+	for _, h := range s.handlers[typ] {
+		if h.Name == name {
+			return true
+		}
+	}
+	return false
+}

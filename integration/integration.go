@@ -1,0 +1,245 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// RelayName is the relay's consumer: its shard in kumiko_event_consumers
+// (GET /api/consumers, `consumer list`) shows how far publishing lags.
+const RelayName = "kumiko.integration-relay"
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts  = 5
+	DefaultRetryBackoff = 100 * time.Millisecond
+)
+
+// Config configures a Service. The zero value delivers in process.
+type Config struct {
+	// Transport carries messages to the apps that handle them; nil = in
+	// process: the app's own handlers get every message it publishes.
+	Transport Transport
+	// MaxAttempts is how often the in-process transport runs a failing
+	// handler on a message before it keeps the message as dead; default 5.
+	MaxAttempts int
+	// RetryBackoff is the in-process pause after a first failed attempt,
+	// doubling after each further one; default 100ms.
+	RetryBackoff time.Duration
+	// Logger default slog.Default().
+	Logger *slog.Logger
+	// Metrics registers the kumiko_integration_* series; nil keeps them
+	// unregistered.
+	Metrics prometheus.Registerer
+}
+
+// Transport carries published messages to other processes and apps and
+// hands back the ones addressed to this app.
+type Transport interface {
+	// Publish sends msgs in order and returns nil only once the transport
+	// has them safe (a broker confirmed each); the relay advances after it.
+	Publish(ctx context.Context, msgs []feature.Message) error
+	// Start receives messages of types (the contracts the app handles) and
+	// calls handle for each until Stop; a message for which handle fails
+	// is delivered again later. A transport may be started with no types,
+	// to publish only.
+	Start(ctx context.Context, types []string, handle func(context.Context, feature.Message) error) error
+	// Stop ends receiving and releases the connections.
+	Stop(ctx context.Context) error
+}
+
+// Service publishes the app's integration events through a transport and
+// runs the app's handlers on the messages it receives.
+type Service struct {
+	exec     *pipeline.Executor
+	store    *eventstore.Store
+	cfg      Config
+	sql      queries
+	metrics  *metrics
+	handlers map[string][]registry.IntegrationHandler // by contract
+}
+
+// New returns the integration service of the executor's app. It touches
+// nothing until Start and the relay consumer's passes.
+func New(exec *pipeline.Executor, store *eventstore.Store, cfg Config) (*Service, error) {
+	if exec == nil || store == nil {
+		return nil, errors.New("integration: executor and store are required")
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("integration: metrics: %w", err)
+	}
+	s := &Service{exec: exec, store: store, cfg: cfg, sql: newQueries(store.Schema()), metrics: m,
+		handlers: map[string][]registry.IntegrationHandler{}}
+	for _, h := range exec.Registry().IntegrationHandlers() {
+		s.handlers[h.Event] = append(s.handlers[h.Event], h)
+	}
+	return s, nil
+}
+
+// Relay is the consumer that publishes the app's messages, in id order, to
+// run on the app's dispatcher; ok is false when the app declares no
+// integration events. A pass moves the cursor only after the transport
+// confirmed the batch; a transport that fails (a broker away) is retried
+// with the dispatcher's backoff, never given up on.
+func (s *Service) Relay() (c consumer.Consumer, ok bool) {
+	contracts := s.exec.Registry().Contracts()
+	if len(contracts) == 0 {
+		return consumer.Consumer{}, false
+	}
+	types := make([]string, len(contracts))
+	for i, c := range contracts {
+		types[i] = c.Name
+	}
+	return consumer.Consumer{
+		Name:        RelayName,
+		Delivery:    feature.Shared,
+		Types:       types,
+		MaxAttempts: math.MaxInt32,
+		HandleBatch: s.relay,
+	}, true
+}
+
+// relay publishes one pass's messages.
+func (s *Service) relay(ctx context.Context, _ pgx.Tx, evs []eventstore.Event) error {
+	msgs := make([]feature.Message, 0, len(evs))
+	for _, ev := range evs {
+		if ev.AggregateType == pipeline.MessageStream {
+			msgs = append(msgs, messageOf(ev))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	var err error
+	if s.cfg.Transport == nil {
+		err = s.deliverLocally(ctx, msgs)
+	} else {
+		err = s.cfg.Transport.Publish(ctx, msgs)
+	}
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		s.metrics.published.WithLabelValues(m.Type).Inc()
+	}
+	return nil
+}
+
+// messageOf is the message a published event carries.
+func messageOf(ev eventstore.Event) feature.Message {
+	return feature.Message{
+		ID: ev.AggregateID, Type: ev.Type, Version: ev.EventVersion, Payload: ev.Payload,
+		TenantID: ev.TenantID, UserID: ev.Metadata.UserID, CorrelationID: ev.Metadata.CorrelationID,
+		CausationID: ev.Metadata.CausationID, Headers: ev.Metadata.Headers, PublishedAt: ev.CreatedAt,
+	}
+}
+
+// Types are the contracts the app has handlers for, which a transport
+// subscribes to.
+func (s *Service) Types() []string {
+	var out []string
+	for _, c := range s.exec.Registry().Contracts() {
+		if len(s.handlers[c.Name]) > 0 {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// Start starts receiving through the transport; in process it does
+// nothing, the relay delivers.
+func (s *Service) Start(ctx context.Context) error {
+	if s.cfg.Transport == nil {
+		return nil
+	}
+	return s.cfg.Transport.Start(ctx, s.Types(), s.Handle)
+}
+
+// Stop stops the transport.
+func (s *Service) Stop(ctx context.Context) error {
+	if s.cfg.Transport == nil {
+		return nil
+	}
+	return s.cfg.Transport.Stop(ctx)
+}
+
+// Handle runs every handler of m that has not handled it yet, each in its
+// own transaction with its inbox row, and returns the failures joined (nil
+// when every handler has handled m, now or before). A transport calls it
+// for each message it receives.
+func (s *Service) Handle(ctx context.Context, m feature.Message) error {
+	var errs []error
+	for name, err := range s.handle(ctx, m, "") {
+		errs = append(errs, fmt.Errorf("handler %s: %w", name, err))
+	}
+	return errors.Join(errs...)
+}
+
+// handle runs the handlers of m (only the one called only, when set) and
+// returns the failures by handler.
+func (s *Service) handle(ctx context.Context, m feature.Message, only string) map[string]error {
+	var failed map[string]error
+	for _, h := range s.handlers[m.Type] {
+		if only != "" && h.Name != only {
+			continue
+		}
+		ran, err := s.runHandler(ctx, h, m)
+		switch {
+		case err != nil:
+			s.metrics.failed.WithLabelValues(h.Name).Inc()
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[h.Name] = err
+		case ran:
+			s.metrics.handled.WithLabelValues(h.Name).Inc()
+		}
+	}
+	return failed
+}
+
+// runHandler runs h on m in a transaction of its own that claims the inbox
+// row first: ran is false when h had handled m before.
+func (s *Service) runHandler(ctx context.Context, h registry.IntegrationHandler, m feature.Message) (ran bool, err error) {
+	err = s.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var claimed bool
+		if err := tx.QueryRow(ctx, s.sql.claim, m.ID, h.Name).Scan(&claimed); errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		ran = true
+		c := pipeline.Caller{
+			User:          feature.User{ID: m.UserID, TenantID: m.TenantID, Authenticated: m.UserID != ""},
+			CorrelationID: m.CorrelationID,
+			Headers:       m.Headers,
+		}
+		return s.exec.RunInTx(ctx, tx, c, h.Feature, m.ID.String(), func(cc feature.CommandContext) error {
+			return h.Handle(cc, m)
+		})
+	})
+	return ran && err == nil, err
+}

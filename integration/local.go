@@ -1,0 +1,81 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/kumiko-go/kumiko/feature"
+)
+
+// deliverLocally is the in-process transport: it runs the app's handlers on
+// each message in order, retrying a failing handler with backoff up to
+// MaxAttempts in all, then keeping the message as dead for that handler.
+// It returns an error only when a message could not be settled either way
+// (the context ended, the database failed): the relay then tries the batch
+// again, and the inbox skips what was handled.
+func (s *Service) deliverLocally(ctx context.Context, msgs []feature.Message) error {
+	for _, m := range msgs {
+		if err := s.settle(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) settle(ctx context.Context, m feature.Message) error {
+	pause := s.cfg.RetryBackoff
+	failed := s.handle(ctx, m, "")
+	for attempt := 1; len(failed) > 0 && attempt < s.cfg.MaxAttempts; attempt++ {
+		if err := wait(ctx, pause); err != nil {
+			return err
+		}
+		pause *= 2
+		retry := failed
+		failed = nil
+		for name := range retry {
+			for n, err := range s.handle(ctx, m, name) {
+				if failed == nil {
+					failed = map[string]error{}
+				}
+				failed[n] = err
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err // cancelled mid-attempt: not the handler's failure
+	}
+	for name, herr := range failed {
+		if err := s.putDead(ctx, m, name, s.cfg.MaxAttempts, herr); err != nil {
+			return err
+		}
+		s.cfg.Logger.Warn("integration: handler failed every attempt; the message is kept as dead",
+			"handler", name, "message_id", m.ID, "type", m.Type, "attempts", s.cfg.MaxAttempts, "err", herr)
+	}
+	return nil
+}
+
+func (s *Service) putDead(ctx context.Context, m feature.Message, handler string, attempts int, cause error) error {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.Pool().Exec(ctx, s.sql.putDead, m.ID, handler, m.Type, m.TenantID, raw, attempts, cause.Error()); err != nil {
+		return fmt.Errorf("keep dead message %s: %w", m.ID, err)
+	}
+	s.metrics.dead.WithLabelValues(handler).Inc()
+	return nil
+}
+
+// wait pauses for d or until ctx ends.
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,38 @@
+package integration
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// queries holds the statements on the package's tables (see migrations/),
+// qualified with the store's schema.
+type queries struct {
+	// claim records that a handler handled a message, in the handler's
+	// transaction; no row back means it did before. A concurrent claim of
+	// the same pair waits for the first transaction and then finds its row
+	// (or, after a rollback, takes over).
+	claim string
+	// Dead messages.
+	putDead, listDead, getDead, dropDead string
+}
+
+func newQueries(schema string) queries {
+	r := strings.NewReplacer(
+		"{inbox}", pgx.Identifier{schema, "kumiko_inbox"}.Sanitize(),
+		"{dead}", pgx.Identifier{schema, "kumiko_integration_dead"}.Sanitize(),
+	)
+	return queries{
+		claim: r.Replace(`INSERT INTO {inbox} (message_id, handler) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true`),
+		putDead: r.Replace(`INSERT INTO {dead} (message_id, handler, type, tenant_id, message, attempts, last_error)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (message_id, handler) DO UPDATE SET attempts = {dead}.attempts + EXCLUDED.attempts,
+    last_error = EXCLUDED.last_error, dead_at = now()`),
+		listDead: r.Replace(`SELECT message_id, handler, type, tenant_id, message, attempts, last_error, dead_at
+FROM {dead} ORDER BY dead_at, message_id, handler LIMIT $1`),
+		getDead: r.Replace(`SELECT message_id, handler, type, tenant_id, message, attempts, last_error, dead_at
+FROM {dead} WHERE message_id = $1 AND ($2 = '' OR handler = $2) ORDER BY handler`),
+		dropDead: r.Replace(`DELETE FROM {dead} WHERE message_id = $1 AND ($2 = '' OR handler = $2)`),
+	}
+}

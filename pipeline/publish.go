@@ -1,0 +1,86 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/author"
+)
+
+// MessageStream is the aggregate type of published integration events: each
+// message is a stream of its own in kumiko_events (its id the message id,
+// one event of the contract's type), so publishing never contends with
+// other writers and the relay reads messages in id order like any consumer.
+const MessageStream = "kumiko.message"
+
+// Publish appends an integration event to the transaction of the context,
+// as a stream of its own in the caller's tenant; it leaves the app only if
+// that transaction commits.
+func (cc *commandContext) Publish(event string, payload any) error {
+	c, ok := cc.d.reg.Contract(event)
+	if !ok {
+		return newError(CodeInternal, "unknown_integration_event", "internal error",
+			fmt.Errorf("feature %s publishes %q, which is not an integration event of the app", cc.feature, event))
+	}
+	raw, err := encodeAny(payload)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", event, err)
+	}
+	decoded, err := cc.d.reg.DecodePayload(event, raw)
+	if err != nil {
+		return err
+	}
+	if raw, err = json.Marshal(decoded); err != nil {
+		return fmt.Errorf("publish %s: %w", event, err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	res, err := cc.d.store.AppendTx(cc.ctx, cc.tx, eventstore.Stream{
+		TenantID: cc.c.User.TenantID, AggregateType: MessageStream, AggregateID: id,
+	}, 0, eventstore.NewEvent{
+		Type: event, EventVersion: c.Version, Payload: raw,
+		Metadata: eventstore.Metadata{
+			UserID: cc.c.User.ID, RequestID: cc.c.RequestID, CorrelationID: cc.c.CorrelationID,
+			CausationID: cc.causation, IdempotencyKey: cc.c.IdempotencyKey, Headers: cc.c.Headers,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	cc.c.appended = append(cc.c.appended, res.Events...)
+	return nil
+}
+
+// RunInTx runs fn with a feature.CommandContext bound to tx, as c in c's
+// tenant, for work that holds its own write transaction (integration
+// handlers, jobs): fn appends, reads and publishes through it like a
+// command handler of featureName. causation is recorded on every event
+// appended; the transaction is scoped to the tenant like a multi-stream
+// projection's (current_setting('kumiko.tenant_id')). A panic in fn is an
+// error; committing or rolling back tx is the caller's.
+func (d *Executor) RunInTx(ctx context.Context, tx pgx.Tx, c Caller, featureName, causation string, fn func(feature.CommandContext) error) error {
+	if err := scopeTenant(ctx, tx, c.User.TenantID); err != nil {
+		return err
+	}
+	cc := &commandContext{ctx: ctx, tx: tx, d: d, c: &c, feature: featureName, causation: causation}
+	return author.Run(d.log, func() error { return fn(cc) }, "feature", featureName, "causation", causation)
+}
+
+// scopeTenant sets kumiko.tenant_id for the rest of tx: the tenant, or empty
+// for the system tenant, whose events are cross-tenant.
+func scopeTenant(ctx context.Context, tx pgx.Tx, tenant uuid.UUID) error {
+	scope := tenant.String()
+	if tenant == eventstore.SystemTenant {
+		scope = ""
+	}
+	_, err := tx.Exec(ctx, "SELECT set_config('kumiko.tenant_id', $1, true)", scope)
+	return err
+}

@@ -1,0 +1,125 @@
+package registry
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
+)
+
+// RuleIntegration is the rule of boot errors about integration events and
+// their handlers: an unknown contract, a duplicate handler name, a nil
+// handler.
+const RuleIntegration = "integration"
+
+// Contract is a compiled integration event.
+type Contract struct {
+	Name string
+	// Feature declares it.
+	Feature string
+	// Version is stamped on every message published.
+	Version int
+	// GoType is the payload's Go type.
+	GoType reflect.Type
+}
+
+// IntegrationHandler is a compiled handler of an integration event.
+type IntegrationHandler struct {
+	// Name is unique in the app; the inbox records it per message.
+	Name    string
+	Event   string
+	Feature string
+	Handle  func(ctx feature.CommandContext, m feature.Message) error
+}
+
+// Contract returns the integration event called name.
+func (r *Registry) Contract(name string) (Contract, bool) {
+	c, ok := r.contracts[name]
+	return c, ok
+}
+
+// Contracts lists the app's integration events, sorted by name.
+func (r *Registry) Contracts() []Contract {
+	out := make([]Contract, 0, len(r.contracts))
+	for _, k := range slices.Sorted(maps.Keys(r.contracts)) {
+		out = append(out, r.contracts[k])
+	}
+	return out
+}
+
+// IntegrationHandlers lists the app's integration handlers in declaration
+// order.
+func (r *Registry) IntegrationHandlers() []IntegrationHandler {
+	return slices.Clone(r.integrationHandlers)
+}
+
+// contract compiles an integration event. Its name shares the namespace of
+// domain events and handlers: it is stored as an event type.
+func (b *builder) contract(feat string, def spec.Event) {
+	item := fmt.Sprintf("integration event %q", def.Name)
+	if !dottedNameRe.MatchString(def.Name) {
+		b.fail(feat, item, RuleName, "integration event names are lowercase and dotted, like order.shipped")
+		return
+	}
+	if owner, dup := b.eventOwner[def.Name]; dup {
+		b.fail(feat, item, RuleUnique, "the name is also an event of feature %q", owner)
+		return
+	}
+	if c, dup := b.reg.contracts[def.Name]; dup {
+		b.fail(feat, item, RuleUnique, "integration event is already declared by feature %q", c.Feature)
+		return
+	}
+	if def.Version < 1 {
+		b.fail(feat, item, RuleIntegration, "EventVersion(%d) must be at least 1", def.Version)
+		return
+	}
+	p, ok := b.payload(feat, item, def.Payload, "payload")
+	if !ok {
+		return
+	}
+	b.reg.contracts[def.Name] = Contract{Name: def.Name, Feature: feat, Version: def.Version, GoType: def.Payload}
+	b.reg.payloads[def.Name] = p
+}
+
+// integrationHandler compiles a handler of an integration event; run after
+// every contract is known.
+func (b *builder) integrationHandler(feat string, def spec.IntegrationHandler, seen map[string]string) {
+	item := fmt.Sprintf("integration handler %q", def.Name)
+	fn, _ := def.Handle.(func(feature.CommandContext, feature.Message) error)
+	switch {
+	case !projNameRe.MatchString(def.Name):
+		b.fail(feat, item, RuleName, "integration handler names are lowercase letters, digits and '-', '_' or '.', like create-invoice")
+	case seen[def.Name] != "":
+		b.fail(feat, item, RuleUnique, "integration handler name is already used by feature %q", seen[def.Name])
+	case b.reg.contracts[def.Event].Name == "":
+		b.fail(feat, item, RuleIntegration, "handles %q, which is not an integration event of the app; declare it with r.IntegrationEvent", def.Event)
+	case fn == nil:
+		b.fail(feat, item, RuleIntegration, "handler function is nil")
+	default:
+		seen[def.Name] = feat
+		b.reg.integrationHandlers = append(b.reg.integrationHandlers,
+			IntegrationHandler{Name: def.Name, Event: def.Event, Feature: feat, Handle: fn})
+		return
+	}
+	if seen[def.Name] == "" {
+		seen[def.Name] = feat
+	}
+}
+
+// integration compiles the contracts, then the handlers, of every feature.
+func (b *builder) integration() {
+	for _, d := range b.defs {
+		for _, c := range d.Contracts {
+			b.contract(d.Name, c)
+		}
+	}
+	seen := map[string]string{}
+	for _, d := range b.defs {
+		for _, h := range d.IntegrationHandlers {
+			b.integrationHandler(d.Name, h, seen)
+		}
+	}
+}
