@@ -26,20 +26,18 @@ type DeadMessage struct {
 	DeadAt    time.Time
 }
 
-// Dead operates the dead messages of the in-process transport. It needs
-// only the store; Retry needs the Service, which has the handlers.
-type Dead struct {
+// deadStore holds the dead messages of the in-process transport.
+type deadStore struct {
 	store *eventstore.Store
 	sql   queries
 }
 
-// NewDead returns the dead messages' operations on store's schema.
-func NewDead(store *eventstore.Store) *Dead {
-	return &Dead{store: store, sql: newQueries(store.Schema())}
+func newDeadStore(store *eventstore.Store) *deadStore {
+	return &deadStore{store: store, sql: newQueries(store.Schema())}
 }
 
 // List returns up to limit dead messages, oldest first.
-func (d *Dead) List(ctx context.Context, limit int) ([]DeadMessage, error) {
+func (d *deadStore) List(ctx context.Context, limit int) ([]DeadMessage, error) {
 	rows, err := d.store.Pool().Query(ctx, d.sql.listDead, limit)
 	if err != nil {
 		return nil, eventstore.TranslateError(err)
@@ -49,7 +47,7 @@ func (d *Dead) List(ctx context.Context, limit int) ([]DeadMessage, error) {
 
 // Drop deletes the dead message id of handler ("" = of every handler) and
 // returns how many it deleted; ErrDeadNotFound when none.
-func (d *Dead) Drop(ctx context.Context, id uuid.UUID, handler string) (int64, error) {
+func (d *deadStore) Drop(ctx context.Context, id uuid.UUID, handler string) (int64, error) {
 	tag, err := d.store.Pool().Exec(ctx, d.sql.dropDead, id, handler)
 	if err != nil {
 		return 0, eventstore.TranslateError(err)
@@ -60,7 +58,7 @@ func (d *Dead) Drop(ctx context.Context, id uuid.UUID, handler string) (int64, e
 	return tag.RowsAffected(), nil
 }
 
-func (d *Dead) get(ctx context.Context, id uuid.UUID, handler string) ([]DeadMessage, error) {
+func (d *deadStore) get(ctx context.Context, id uuid.UUID, handler string) ([]DeadMessage, error) {
 	rows, err := d.store.Pool().Query(ctx, d.sql.getDead, id, handler)
 	if err != nil {
 		return nil, eventstore.TranslateError(err)
@@ -91,11 +89,11 @@ func collectDead(rows pgx.Rows) ([]DeadMessage, error) {
 	})
 }
 
-// Retry runs the handler of the dead message id ("" = every handler it is
+// retry runs the handler of the dead message id ("" = every handler it is
 // dead for) once more; a success removes it from the dead messages, a
 // failure keeps it with the new error and returns it.
-func (s *Service) Retry(ctx context.Context, id uuid.UUID, handler string) error {
-	d := NewDead(s.store)
+func (s *Service) retry(ctx context.Context, id uuid.UUID, handler string) error {
+	d := newDeadStore(s.store)
 	dead, err := d.get(ctx, id, handler)
 	if err != nil {
 		return err

@@ -104,7 +104,7 @@ func TestPoisonMessageIsKeptDeadOthersFlowAndItCanBeRetried(t *testing.T) {
 
 	require.Equal(t, integration.DefaultMaxAttempts, e.shop.callsOf("flaky")-1, "five tries of the poison message, one of the good one")
 	require.Equal(t, 3, e.Count(t, "SELECT count(*) FROM received"), "record handled both, flaky the good one")
-	dead, err := integration.NewDead(e.Store).List(ctx, 10)
+	dead, err := e.svc.Dead().List(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, "flaky", dead[0].Handler)
@@ -113,14 +113,14 @@ func TestPoisonMessageIsKeptDeadOthersFlowAndItCanBeRetried(t *testing.T) {
 	require.Equal(t, alice.User.TenantID, dead[0].Message.TenantID)
 
 	id := dead[0].Message.ID
-	require.ErrorContains(t, e.svc.Retry(ctx, id, ""), "poisoned")
+	require.ErrorContains(t, e.svc.Dead().Retry(ctx, id, ""), "poisoned")
 	e.shop.poison.Store(false)
-	require.NoError(t, e.svc.Retry(ctx, id, ""))
+	require.NoError(t, e.svc.Dead().Retry(ctx, id, ""))
 	require.Equal(t, 4, e.Count(t, "SELECT count(*) FROM received"))
-	dead, err = integration.NewDead(e.Store).List(ctx, 10)
+	dead, err = e.svc.Dead().List(ctx, 10)
 	require.NoError(t, err)
 	require.Empty(t, dead)
-	_, err = integration.NewDead(e.Store).Drop(ctx, id, "")
+	_, err = e.svc.Dead().Drop(ctx, id, "")
 	require.ErrorIs(t, err, integration.ErrDeadNotFound)
 }
 

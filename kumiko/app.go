@@ -137,6 +137,13 @@ func (a *App) wire() error {
 		return err
 	}
 	consumers := p.Executor.Consumers()
+	if cfg.RabbitMQURL != "" {
+		if a.transport, err = integration.NewRabbit(integration.RabbitConfig{
+			URL: cfg.RabbitMQURL, Queue: cfg.Name, Logger: cfg.Logger,
+		}); err != nil {
+			return err
+		}
+	}
 	if p.Integration, err = integration.New(p.Executor, p.Store, integration.Config{
 		Transport: a.transport, Logger: cfg.Logger, Metrics: p.Metrics,
 	}); err != nil {

@@ -54,6 +54,11 @@ type Config struct {
 	// RedisURL of the idempotency store (redis:// URL). Empty: an in-memory
 	// store serves, which is right for one process only (logged).
 	RedisURL string
+	// RabbitMQURL of the broker integration events travel through
+	// (amqp:// URL): the app publishes to the exchange kumiko.events and
+	// receives on a quorum queue called Name. Empty: they are delivered in
+	// this process, to the app's own handlers.
+	RabbitMQURL string
 	// IdempotencyFailOpen lets keyed writes run without idempotency while
 	// Redis is down instead of answering 503.
 	IdempotencyFailOpen bool
@@ -244,6 +249,11 @@ func (c Config) validate() error {
 	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		errs = append(errs, errors.New("Config.DatabaseURL must be a postgres:// URL"))
 	}
+	if c.RabbitMQURL != "" {
+		if u, err := url.Parse(c.RabbitMQURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+			errs = append(errs, errors.New("Config.RabbitMQURL must be an amqp:// or amqps:// URL"))
+		}
+	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 			errs = append(errs, errors.New("Config.RedisURL must be a redis:// or rediss:// URL"))
@@ -283,7 +293,7 @@ func (c Config) validate() error {
 }
 
 // FromEnv fills the zero fields of c from the environment: DATABASE_URL,
-// REDIS_URL, KUMIKO_JWT_SECRET, KUMIKO_JWT_ISSUER, KUMIKO_JWT_AUDIENCE,
+// REDIS_URL, RABBITMQ_URL, KUMIKO_JWT_SECRET, KUMIKO_JWT_ISSUER, KUMIKO_JWT_AUDIENCE,
 // KUMIKO_ADMIN_ROLE, KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR,
 // KUMIKO_SCHEMA and KUMIKO_INSTANCE_ID. Only Main and the commands call it;
 // the library never reads the environment.
@@ -295,6 +305,7 @@ func (c Config) FromEnv() Config {
 	}
 	set(&c.DatabaseURL, "DATABASE_URL")
 	set(&c.RedisURL, "REDIS_URL")
+	set(&c.RabbitMQURL, "RABBITMQ_URL")
 	set(&c.JWTSecret, "KUMIKO_JWT_SECRET")
 	set(&c.JWTIssuer, "KUMIKO_JWT_ISSUER")
 	set(&c.JWTAudience, "KUMIKO_JWT_AUDIENCE")

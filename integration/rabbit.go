@@ -1,0 +1,409 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kumiko-go/kumiko/feature"
+)
+
+// Defaults of RabbitConfig.
+const (
+	DefaultRabbitURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultExchange      = "kumiko.events"
+	DefaultMaxDeliveries = 5
+	DefaultPrefetch      = 16
+)
+
+// Message headers besides the AMQP properties (message_id = the message id,
+// type = the contract, timestamp = when it was published, correlation_id).
+const (
+	headerTenant    = "kumiko-tenant"
+	headerUser      = "kumiko-user"
+	headerCausation = "kumiko-causation"
+	headerVersion   = "kumiko-event-version"
+)
+
+// RabbitConfig configures the RabbitMQ transport. Zero values take the
+// defaults but for Queue.
+type RabbitConfig struct {
+	// URL of the broker; default DefaultRabbitURL.
+	URL string
+	// Exchange is the direct exchange every app publishes to, with the
+	// contract as routing key; default "kumiko.events".
+	Exchange string
+	// Queue is the app's durable quorum queue (the app's name): its
+	// instances share it, each other app has its own. It is bound to
+	// exactly the contracts the app handles, so the broker drops what no
+	// app subscribed to. Required.
+	Queue string
+	// MaxDeliveries is how often a message is delivered before it moves to
+	// <Queue>.dead; default 5.
+	MaxDeliveries int
+	// Prefetch is the most unacknowledged messages one instance works on
+	// at once; default 16.
+	Prefetch int
+	// Logger default slog.Default().
+	Logger *slog.Logger
+}
+
+// Rabbit is the RabbitMQ transport. Publishing uses a connection of its
+// own with publisher confirms; receiving a second one. Both recover by
+// themselves: a failed publish drops its connection and the relay's next
+// try opens a new one; the receiver reconnects with backoff.
+type Rabbit struct {
+	cfg RabbitConfig
+
+	pubMu   sync.Mutex
+	pubConn *amqp.Connection
+	pubCh   *amqp.Channel
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ Transport = (*Rabbit)(nil)
+
+// NewRabbit returns the transport; it connects on first use.
+func NewRabbit(cfg RabbitConfig) (*Rabbit, error) {
+	if cfg.Queue == "" {
+		return nil, errors.New("integration: RabbitConfig.Queue is required (the app's name)")
+	}
+	if cfg.URL == "" {
+		cfg.URL = DefaultRabbitURL
+	}
+	if cfg.Exchange == "" {
+		cfg.Exchange = DefaultExchange
+	}
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = DefaultPrefetch
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Rabbit{cfg: cfg}, nil
+}
+
+// DeadQueue is where messages go after MaxDeliveries: <Queue>.dead.
+func (r *Rabbit) DeadQueue() string { return r.cfg.Queue + ".dead" }
+
+// Publish sends msgs persistently to the exchange, routed by type, and
+// waits for the broker to confirm every one.
+func (r *Rabbit) Publish(ctx context.Context, msgs []feature.Message) error {
+	r.pubMu.Lock()
+	defer r.pubMu.Unlock()
+	if err := r.publishLocked(ctx, msgs); err != nil {
+		r.dropPublisher()
+		return fmt.Errorf("rabbitmq publish: %w", err)
+	}
+	return nil
+}
+
+func (r *Rabbit) publishLocked(ctx context.Context, msgs []feature.Message) error {
+	if r.pubCh == nil || r.pubCh.IsClosed() {
+		r.dropPublisher()
+		conn, err := amqp.Dial(r.cfg.URL)
+		if err != nil {
+			return err
+		}
+		ch, err := conn.Channel()
+		if err == nil {
+			err = ch.Confirm(false)
+		}
+		if err == nil {
+			err = r.declareExchange(ch)
+		}
+		if err != nil {
+			_ = conn.Close()
+			return err
+		}
+		r.pubConn, r.pubCh = conn, ch
+	}
+	pending := make([]*amqp.DeferredConfirmation, 0, len(msgs))
+	for _, m := range msgs {
+		dc, err := r.pubCh.PublishWithDeferredConfirmWithContext(ctx, r.cfg.Exchange, m.Type, false, false, publishing(m))
+		if err != nil {
+			return err
+		}
+		pending = append(pending, dc)
+	}
+	for i, dc := range pending {
+		ok, err := dc.WaitContext(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("the broker did not confirm message %s", msgs[i].ID)
+		}
+	}
+	return nil
+}
+
+func (r *Rabbit) dropPublisher() {
+	if r.pubConn != nil {
+		_ = r.pubConn.Close()
+	}
+	r.pubConn, r.pubCh = nil, nil
+}
+
+func (r *Rabbit) declareExchange(ch *amqp.Channel) error {
+	return ch.ExchangeDeclare(r.cfg.Exchange, amqp.ExchangeDirect, true, false, false, false, nil)
+}
+
+// publishing is the AMQP message of m.
+func publishing(m feature.Message) amqp.Publishing {
+	h := amqp.Table{
+		headerTenant:  m.TenantID.String(),
+		headerVersion: int32(m.Version),
+	}
+	if m.UserID != "" {
+		h[headerUser] = m.UserID
+	}
+	if m.CausationID != "" {
+		h[headerCausation] = m.CausationID
+	}
+	for k, v := range m.Headers {
+		if _, taken := h[k]; !taken {
+			h[k] = v
+		}
+	}
+	return amqp.Publishing{
+		Headers: h, ContentType: "application/json", DeliveryMode: amqp.Persistent,
+		CorrelationId: m.CorrelationID, MessageId: m.ID.String(), Timestamp: m.PublishedAt,
+		Type: m.Type, Body: m.Payload,
+	}
+}
+
+// message is the feature.Message of a delivery.
+func message(d amqp.Delivery) (feature.Message, error) {
+	id, err := uuid.Parse(d.MessageId)
+	if err != nil {
+		return feature.Message{}, fmt.Errorf("message id %q: %w", d.MessageId, err)
+	}
+	m := feature.Message{ID: id, Type: d.Type, Payload: d.Body, CorrelationID: d.CorrelationId, PublishedAt: d.Timestamp}
+	if m.Type == "" {
+		m.Type = d.RoutingKey
+	}
+	tenant, _ := d.Headers[headerTenant].(string)
+	if m.TenantID, err = uuid.Parse(tenant); err != nil {
+		return feature.Message{}, fmt.Errorf("message %s: tenant %q: %w", id, tenant, err)
+	}
+	m.UserID, _ = d.Headers[headerUser].(string)
+	m.CausationID, _ = d.Headers[headerCausation].(string)
+	switch v := d.Headers[headerVersion].(type) {
+	case int32:
+		m.Version = int(v)
+	case int64:
+		m.Version = int(v)
+	case string:
+		m.Version, _ = strconv.Atoi(v)
+	}
+	for k, v := range d.Headers {
+		s, ok := v.(string)
+		switch {
+		case k == headerTenant, k == headerUser, k == headerCausation, k == headerVersion, strings.HasPrefix(k, "x-"):
+			continue // ours, or the broker's (x-delivery-count, x-death, …)
+		}
+		if ok {
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[k] = s
+		}
+	}
+	return m, nil
+}
+
+// Start declares the exchange, the app's quorum queue with its dead-letter
+// queue and bindings for types, then consumes it until Stop, reconnecting
+// whenever the connection or channel is lost. With no types it only
+// publishes. It returns the error of the first declaration, so a broker
+// that is not there fails the app's start.
+func (r *Rabbit) Start(ctx context.Context, types []string, handle func(context.Context, feature.Message) error) error {
+	if len(types) == 0 {
+		return nil
+	}
+	conn, ch, err := r.openReceiver(types)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		_ = conn.Close()
+		return errors.New("rabbitmq: already started")
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel = cancel
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.receive(runCtx, types, conn, ch, handle)
+	}()
+	return nil
+}
+
+// openReceiver connects and declares the topology.
+func (r *Rabbit) openReceiver(types []string) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.Dial(r.cfg.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = r.declare(ch, types)
+	}
+	if err == nil {
+		err = ch.Qos(r.cfg.Prefetch, 0, false)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return conn, ch, nil
+}
+
+// declare sets up the exchange, <Queue>.dead, the queue and its bindings.
+func (r *Rabbit) declare(ch *amqp.Channel, types []string) error {
+	if err := r.declareExchange(ch); err != nil {
+		return err
+	}
+	quorum := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+	if _, err := ch.QueueDeclare(r.DeadQueue(), true, false, false, false, quorum); err != nil {
+		return err
+	}
+	args := amqp.Table{
+		amqp.QueueTypeArg: amqp.QueueTypeQuorum,
+		// The broker counts returns: after MaxDeliveries-1 of them, the
+		// MaxDeliveries-th failure dead-letters the message.
+		"x-delivery-limit":          int32(r.cfg.MaxDeliveries - 1),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": r.DeadQueue(),
+	}
+	if _, err := ch.QueueDeclare(r.cfg.Queue, true, false, false, false, args); err != nil {
+		return err
+	}
+	for _, t := range types {
+		if err := ch.QueueBind(r.cfg.Queue, t, r.cfg.Exchange, false, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// receive consumes until ctx ends, reopening the connection after a loss.
+func (r *Rabbit) receive(ctx context.Context, types []string, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) {
+	var ceiling time.Duration
+	for {
+		if conn != nil {
+			if err := r.consume(ctx, conn, ch, handle); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("rabbitmq: receiving stopped; reconnecting", "queue", r.cfg.Queue, "err", err)
+			}
+			_ = conn.Close()
+			conn, ch = nil, nil
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var pause time.Duration
+		ceiling = min(max(2*ceiling, 100*time.Millisecond), 5*time.Second)
+		pause = ceiling / 2
+		if wait(ctx, pause) != nil {
+			return
+		}
+		var err error
+		if conn, ch, err = r.openReceiver(types); err != nil {
+			r.cfg.Logger.Warn("rabbitmq: reconnect failed", "queue", r.cfg.Queue, "err", err)
+			continue
+		}
+		ceiling = 0
+	}
+}
+
+// consume handles deliveries, up to Prefetch at once, until the channel
+// closes or ctx ends; it waits for the handlers it started.
+func (r *Rabbit) consume(ctx context.Context, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) error {
+	deliveries, err := ch.ConsumeWithContext(ctx, r.cfg.Queue, "", false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-closed:
+			if err == nil {
+				return errors.New("connection closed")
+			}
+			return err
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("delivery channel closed")
+			}
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				// Stop lets a started handler finish and settle its
+				// message rather than count a failure against it.
+				r.deliver(context.WithoutCancel(ctx), d, handle)
+			}()
+		}
+	}
+}
+
+// deliver handles one delivery: ack on success, a return to the queue
+// otherwise (the broker counts it and dead-letters at MaxDeliveries).
+func (r *Rabbit) deliver(ctx context.Context, d amqp.Delivery, handle func(context.Context, feature.Message) error) {
+	m, err := message(d)
+	if err != nil {
+		r.cfg.Logger.Warn("rabbitmq: unreadable message; dead-lettering it", "queue", r.cfg.Queue, "err", err)
+		_ = d.Nack(false, false)
+		return
+	}
+	if err := handle(ctx, m); err != nil {
+		r.cfg.Logger.Warn("rabbitmq: handling failed; the message goes back", "queue", r.cfg.Queue,
+			"message_id", m.ID, "type", m.Type, "attempt", d.Headers["x-delivery-count"], "err", err)
+		_ = d.Nack(false, true)
+		return
+	}
+	_ = d.Ack(false)
+}
+
+// Stop stops receiving, waits for the handlers running, and closes the
+// connections.
+func (r *Rabbit) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	cancel := r.cancel
+	r.cancel = nil
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		done := make(chan struct{})
+		go func() { r.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.pubMu.Lock()
+	r.dropPublisher()
+	r.pubMu.Unlock()
+	return nil
+}

@@ -1,0 +1,163 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// DeadLetters lists, retries and drops the messages the app's handlers
+// failed on every attempt: kept in the database by the in-process
+// transport, in <queue>.dead by RabbitMQ. handler "" means every handler;
+// over RabbitMQ a message is dead for all of the app's handlers at once.
+type DeadLetters interface {
+	// List returns up to limit dead messages, oldest first.
+	List(ctx context.Context, limit int) ([]DeadMessage, error)
+	// Retry hands the message to its handlers once more.
+	Retry(ctx context.Context, id uuid.UUID, handler string) error
+	// Drop deletes it and returns how many it deleted; ErrDeadNotFound when
+	// none matched.
+	Drop(ctx context.Context, id uuid.UUID, handler string) (int64, error)
+}
+
+// Dead returns the app's dead letters, where its transport keeps them.
+func (s *Service) Dead() DeadLetters {
+	if r, ok := s.cfg.Transport.(*Rabbit); ok {
+		return rabbitDead{r}
+	}
+	return localDead{s}
+}
+
+// localDead are the in-process transport's dead messages.
+type localDead struct{ s *Service }
+
+func (d localDead) List(ctx context.Context, limit int) ([]DeadMessage, error) {
+	return newDeadStore(d.s.store).List(ctx, limit)
+}
+
+func (d localDead) Retry(ctx context.Context, id uuid.UUID, handler string) error {
+	return d.s.retry(ctx, id, handler)
+}
+
+func (d localDead) Drop(ctx context.Context, id uuid.UUID, handler string) (int64, error) {
+	return newDeadStore(d.s.store).Drop(ctx, id, handler)
+}
+
+// rabbitDead are the messages in <queue>.dead.
+type rabbitDead struct{ r *Rabbit }
+
+// walk takes the dead queue's messages one by one, at most limit (0 = all
+// there are now), and calls fn on each; fn may ack a delivery. The
+// deliveries fn leaves alone go back to the queue when walk's connection
+// closes.
+func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) error) error {
+	conn, err := amqp.Dial(d.r.cfg.URL)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	q, err := ch.QueueDeclarePassive(d.r.DeadQueue(), true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+	if err != nil {
+		return fmt.Errorf("rabbitmq: %s: %w", d.r.DeadQueue(), err)
+	}
+	n := q.Messages
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	for range n {
+		del, ok, err := ch.Get(d.r.DeadQueue(), false)
+		if err != nil || !ok {
+			return err
+		}
+		dm := DeadMessage{Attempts: d.r.cfg.MaxDeliveries, LastError: fmt.Sprintf("failed %d deliveries", d.r.cfg.MaxDeliveries)}
+		dm.Message, _ = message(del) // an unreadable one lists with its zero message
+		dm.DeadAt, _ = deathTime(del)
+		if err := fn(del, dm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deathTime is when the broker dead-lettered d.
+func deathTime(d amqp.Delivery) (time.Time, bool) {
+	deaths, _ := d.Headers["x-death"].([]any)
+	for _, x := range deaths {
+		if t, ok := x.(amqp.Table)["time"].(time.Time); ok {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (d rabbitDead) List(_ context.Context, limit int) ([]DeadMessage, error) {
+	var out []DeadMessage
+	err := d.walk(limit, func(_ amqp.Delivery, dm DeadMessage) error {
+		out = append(out, dm)
+		return nil
+	})
+	return out, err
+}
+
+func (d rabbitDead) Retry(ctx context.Context, id uuid.UUID, _ string) error {
+	found := false
+	err := d.walk(0, func(del amqp.Delivery, dm DeadMessage) error {
+		if dm.Message.ID != id {
+			return nil
+		}
+		found = true
+		// Back into the app's queue, as a new message with a fresh count.
+		if err := d.r.republish(ctx, dm); err != nil {
+			return err
+		}
+		return del.Ack(false)
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("%w: %s", ErrDeadNotFound, id)
+	}
+	return err
+}
+
+func (d rabbitDead) Drop(_ context.Context, id uuid.UUID, _ string) (int64, error) {
+	var n int64
+	err := d.walk(0, func(del amqp.Delivery, dm DeadMessage) error {
+		if dm.Message.ID != id {
+			return nil
+		}
+		n++
+		return del.Ack(false)
+	})
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: %s", ErrDeadNotFound, id)
+	}
+	return n, err
+}
+
+// republish sends a dead message straight to the app's queue (through the
+// default exchange) and waits for the broker's confirm.
+func (r *Rabbit) republish(ctx context.Context, dm DeadMessage) error {
+	r.pubMu.Lock()
+	defer r.pubMu.Unlock()
+	if err := r.publishLocked(ctx, nil); err != nil {
+		r.dropPublisher()
+		return err
+	}
+	dc, err := r.pubCh.PublishWithDeferredConfirmWithContext(ctx, "", r.cfg.Queue, false, false, publishing(dm.Message))
+	if err == nil {
+		var ok bool
+		if ok, err = dc.WaitContext(ctx); err == nil && !ok {
+			err = fmt.Errorf("the broker did not confirm message %s", dm.Message.ID)
+		}
+	}
+	if err != nil {
+		r.dropPublisher()
+	}
+	return err
+}
