@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if raw := os.Getenv(childReceiverEnv); raw != "" {
+		runChildReceiver(raw) // a subprocess of TestRabbitReceiverKilledMidHandler
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
