@@ -11,15 +11,15 @@ help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: services
-services: ## Start PostgreSQL and Redis when they are not running
+services: ## Start PostgreSQL, Redis and RabbitMQ when they are not running
 	@bash scripts/services.sh
 
 .PHONY: run
 run: services ## Serve the task-list sample on :8080 (prints a dev token and a request to try)
-	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} KUMIKO_INSTANCE_ID=$${KUMIKO_INSTANCE_ID:-dev} $(GO) run ./samples/tasks/cmd/tasks serve
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} RABBITMQ_URL=$${RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/} KUMIKO_INSTANCE_ID=$${KUMIKO_INSTANCE_ID:-dev} $(GO) run ./samples/tasks/cmd/tasks serve
 
 .PHONY: test
-test: services ## Run the whole suite against real PostgreSQL and Redis
+test: services ## Run the whole suite against real PostgreSQL, Redis and RabbitMQ
 	$(GO) vet ./...
 	$(GO) test -race $(TEST_FLAGS) ./...
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes sure PostgreSQL (DATABASE_URL) and Redis (REDIS_URL) answer. When one
+# Makes sure PostgreSQL (DATABASE_URL), Redis (REDIS_URL) and RabbitMQ
+# (RABBITMQ_URL) answer. When one
 # points at this machine and is down, it is started with the machine's Debian
 # packages (installed with apt-get when missing). Exits non-zero with the reason
 # when a service cannot be made to answer. `make test`, `make run` and CI all
@@ -8,6 +9,7 @@ set -euo pipefail
 
 DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+RABBITMQ_URL=${RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/}
 
 say() { printf 'services: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -93,6 +95,28 @@ ensure_redis() {
 	wait_for Redis redis_ok
 }
 
+# --- RabbitMQ ---------------------------------------------------------------
+# rabbit_ok: the broker answers the AMQP 0-9-1 protocol header with a frame.
+rabbit_ok() {
+	local host port reply
+	host=$(host_of "$RABBITMQ_URL")
+	port=$(port_of "$RABBITMQ_URL" 5672)
+	reply=$(timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1" && printf "AMQP\0\0\11\1" >&3 && head -c 1 <&3 | od -An -tx1' "$host" "$port" 2>/dev/null) || return 1
+	[ "$(tr -d ' \n' <<<"$reply")" = "01" ]
+}
+
+ensure_rabbitmq() {
+	if rabbit_ok; then return; fi
+	local host
+	host=$(host_of "$RABBITMQ_URL")
+	is_local "$host" || die "RabbitMQ at $host does not answer (RABBITMQ_URL); start it or point RABBITMQ_URL at a running broker"
+	command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+	say "starting RabbitMQ"
+	as_root rabbitmq-server -detached >/dev/null 2>&1 || true # the package may have started it already
+	wait_for RabbitMQ rabbit_ok
+}
+
 ensure_postgres
 ensure_redis
-say "PostgreSQL and Redis are up"
+ensure_rabbitmq
+say "PostgreSQL, Redis and RabbitMQ are up"
