@@ -17,7 +17,8 @@ import (
 //
 // The commands: serve (the HTTP API and event delivery), worker (event
 // delivery only), and the operations commands: migrate, consumer, inspect,
-// events (tail, asof, prune), snapshot, project and token.
+// events (tail, asof, prune), snapshot, project, integration (dead
+// messages) and token.
 //
 // Fields of cfg left zero are read from the environment (see
 // Config.FromEnv). For a development machine it fills in the rest: without
@@ -64,7 +65,7 @@ func (c Config) settings() ops.Settings {
 	return ops.Settings{
 		Name: c.Name, DatabaseURL: c.DatabaseURL, Schema: c.Schema,
 		JWTSecret: c.JWTSecret, JWTIssuer: c.JWTIssuer, JWTAudience: c.JWTAudience,
-		AdminRole: c.AdminRole, OperatorRole: c.OperatorRole,
+		AdminRole: c.AdminRole, OperatorRole: c.OperatorRole, RabbitMQURL: c.RabbitMQURL,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: c.Logger,
 	}
 }

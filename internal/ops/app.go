@@ -44,6 +44,7 @@ type Settings struct {
 	JWTAudience     string // aud claim of issued tokens, when set
 	AdminRole       string // the tenant admin role
 	OperatorRole    string // the role that sees consumers, projections and metrics
+	RabbitMQURL     string // the integration events' broker; empty: in process
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
 }
@@ -149,6 +150,7 @@ func (s Settings) fromEnv() Settings {
 	set(&s.DatabaseURL, "DATABASE_URL", "")
 	set(&s.Schema, "KUMIKO_SCHEMA", "public")
 	set(&s.JWTSecret, "KUMIKO_JWT_SECRET", "")
+	set(&s.RabbitMQURL, "RABBITMQ_URL", "")
 	set(&s.JWTIssuer, "KUMIKO_JWT_ISSUER", "")
 	set(&s.JWTAudience, "KUMIKO_JWT_AUDIENCE", "")
 	set(&s.AdminRole, "KUMIKO_ADMIN_ROLE", khttp.DefaultAdminRole)

@@ -52,7 +52,7 @@ func commands(app App) []*cobra.Command {
 		o.tokenCmd(),
 	}
 	if !o.generic {
-		cmds = append(cmds, o.projectCmd(), o.snapshotCmd())
+		cmds = append(cmds, o.projectCmd(), o.snapshotCmd(), o.integrationCmd())
 	}
 	for _, c := range cmds {
 		f := c.PersistentFlags()
