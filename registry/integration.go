@@ -69,7 +69,11 @@ func (b *builder) contract(feat string, def spec.Event) {
 		return
 	}
 	if c, dup := b.reg.contracts[def.Name]; dup {
-		b.fail(feat, item, RuleUnique, "integration event is already declared by feature %q", c.Feature)
+		// Features of one app may each declare a contract they share (from
+		// one contracts package): the same payload type and version.
+		if c.GoType != def.Payload || c.Version != def.Version {
+			b.fail(feat, item, RuleUnique, "integration event is declared by feature %q with another payload type or version", c.Feature)
+		}
 		return
 	}
 	if def.Version < 1 {

@@ -20,6 +20,7 @@ func TestIntegrationEventsCompile(t *testing.T) {
 		r.IntegrationEvent("order.shipped", shipped{}, feature.EventVersion(2))
 	})
 	billing := feature.Define("billing", func(r *feature.Registrar) {
+		r.IntegrationEvent("order.shipped", shipped{}, feature.EventVersion(2)) // the shared contract again
 		r.OnIntegrationEvent("order.shipped", "create-invoice", noopMessage)
 	})
 	reg, err := registry.Build(orders, billing)
@@ -42,6 +43,7 @@ func TestIntegrationBootErrors(t *testing.T) {
 		r.IntegrationEvent("order.placed", shipped{})
 		r.IntegrationEvent("order.noted", "a string")
 		r.IntegrationEvent("Bad", shipped{})
+		r.IntegrationEvent("order.shipped", struct{ Other string }{})
 		r.OnIntegrationEvent("order.unknown", "lost", noopMessage)
 		r.OnIntegrationEvent("order.shipped", "twice", noopMessage)
 		r.OnIntegrationEvent("order.shipped", "twice", noopMessage)
@@ -53,6 +55,7 @@ func TestIntegrationBootErrors(t *testing.T) {
 		want{"shop", `integration event "order.placed"`, registry.RuleUnique, "also an event"},
 		want{"shop", `integration event "order.noted"`, registry.RulePayload, ""},
 		want{"shop", `integration event "Bad"`, registry.RuleName, "dotted"},
+		want{"shop", `integration event "order.shipped"`, registry.RuleUnique, "another payload type or version"},
 		want{"shop", `integration handler "lost"`, registry.RuleIntegration, `"order.unknown", which is not an integration event`},
 		want{"shop", `integration handler "twice"`, registry.RuleUnique, "already used"},
 		want{"shop", `integration handler "nil-handler"`, registry.RuleIntegration, "nil"},

@@ -1,0 +1,44 @@
+package kumiko_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/kumiko"
+	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/samples/billing"
+	"github.com/kumiko-go/kumiko/samples/orders"
+)
+
+// Without RabbitMQURL the app relays its integration events in process: an
+// order shipped through the API is invoiced by the billing feature, and
+// the relay's shard shows in the consumers.
+func TestAppDeliversIntegrationEventsInProcess(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	app, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
+		Addr: "127.0.0.1:0", InstanceID: "shop-1"}, orders.Feature, billing.Feature)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+
+	token, err := khttp.IssueToken([]byte(secret), "u-1", "01900000-0000-7000-8000-000000000001", []string{"User"}, time.Minute)
+	require.NoError(t, err)
+	base := "http://" + app.Addr()
+	created := post(t, base+"/api/write", token, `{"type":"order.create","payload":{"customer":"ACME","total":10}}`, http.StatusOK)
+	var res struct{ Data struct{ ID string } }
+	require.NoError(t, json.Unmarshal([]byte(created), &res))
+	id := res.Data.ID
+	post(t, base+"/api/command", token, `{"type":"order.ship","payload":{"id":"`+id+`","version":1}}`, http.StatusOK)
+	require.Eventually(t, func() bool {
+		return db.Count(t, "SELECT count(*) FROM read_invoice WHERE order_id = $1", id) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'kumiko.integration-relay'"))
+}
