@@ -1,7 +1,8 @@
 // Package feature is the DSL application authors write features with: entities
 // and CRUD (level 1), domain events and commands (level 2), inline and
 // multi-stream projections (level 3) and declarative event migrations
-// (level 4).
+// (level 4), and integration events between apps
+// ([Registrar.IntegrationEvent], [Registrar.OnIntegrationEvent]).
 //
 // A feature is pure data. [Define] runs the author's function once and records
 // what it declares; nothing is validated beyond what a single call can know,
