@@ -20,7 +20,10 @@
 //     backlog by RunPass (batch 200) against the same pass written by hand;
 //     commit-to-handler p50 and p99 at 200 appends/s, woken by LISTEN/NOTIFY
 //     and in process, against a hand-written listener; and the heap and RSS
-//     while draining a 1,000,000-event backlog.
+//     while draining a 1,000,000-event backlog;
+//   - integration events over RabbitMQ (RABBITMQ_URL, default the local
+//     broker): the relay against a raw amqp091 publisher with confirms, and
+//     commit→remote handler p50 and p99 at 200 messages/s.
 //
 // Each comparison warms both sides up, then runs them in alternating rounds
 // for -duration in total per side, so both see the same machine state. The
@@ -57,9 +60,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
-	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/internal/migrations"
 )
 
 const (
@@ -92,7 +94,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured time per side of each comparison")
 	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
-	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild); all when empty")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration); all when empty")
 	flag.Parse()
 	if cfg.duration <= 0 || cfg.rounds < 1 || cfg.warmup < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -rounds ≥ 1, -warmup ≥ 0")
@@ -168,7 +170,7 @@ func run(cfg config) error {
 		run  func(context.Context) ([]row, error)
 	}{
 		{"append", b.appendRows}, {"batch", b.batchRows}, {"load", b.loadRows}, {"pipeline", b.pipelineRows},
-		{"http", b.httpRows}, {"dispatcher", b.dispatcherRows}, {"rebuild", b.rebuildRows},
+		{"http", b.httpRows}, {"dispatcher", b.dispatcherRows}, {"rebuild", b.rebuildRows}, {"integration", b.integrationRows},
 	}
 	for _, g := range groups {
 		if cfg.only != "" && !slices.Contains(strings.Split(cfg.only, ","), g.name) {
@@ -254,12 +256,6 @@ func randomHex(n int) string {
 // migrateAll applies the migrations of the event store and of the packages
 // that own tables next to it.
 func migrateAll(ctx context.Context, s *eventstore.Store) error {
-	if _, err := s.Migrate(ctx); err != nil {
-		return err
-	}
-	if _, err := consumer.Migrate(ctx, s); err != nil {
-		return err
-	}
-	_, err := pipeline.Migrate(ctx, s)
+	_, err := migrations.All(ctx, s)
 	return err
 }
