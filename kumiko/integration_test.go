@@ -41,4 +41,22 @@ func TestAppDeliversIntegrationEventsInProcess(t *testing.T) {
 		return db.Count(t, "SELECT count(*) FROM read_invoice WHERE order_id = $1", id) == 1
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'kumiko.integration-relay'"))
+
+	// The relay counts a message published once its batch is settled.
+	counter := func(name string) float64 {
+		families, err := app.Parts().Metrics.Gather()
+		require.NoError(t, err)
+		total := 0.0
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				if f.GetName() == name {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return total
+	}
+	require.Eventually(t, func() bool { return counter("kumiko_integration_published_total") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1.0, counter("kumiko_integration_handled_total"))
+	require.Zero(t, counter("kumiko_integration_failed_total"))
 }
