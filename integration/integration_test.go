@@ -1,14 +1,17 @@
 package integration_test
 
 import (
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/integration"
+	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -151,4 +154,59 @@ func TestRelayNeverSkipsAMessageCommittedLate(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"first", "second"}, order)
+}
+
+type placed struct {
+	OrderID string `json:"orderId" validate:"required"`
+}
+
+// A multi-stream projection publishes in its pass transaction: the message
+// leaves once the pass commits, caused by the event, as its user and tenant.
+func TestMultiStreamProjectionPublishes(t *testing.T) {
+	t.Parallel()
+	var got []feature.Message
+	var mu sync.Mutex
+	f := feature.Define("warehouse", func(r *feature.Registrar) {
+		r.DefineEvent("order.placed", placed{})
+		r.IntegrationEvent("order.shipped", OrderShipped{})
+		feature.HandleCommand(r, "order.place", feature.AnyUser(), func(ctx feature.CommandContext, in placed) (any, error) {
+			_, err := ctx.AppendEvent(feature.AppendSpec{AggregateType: "order", Type: "order.placed", Payload: in})
+			return nil, err
+		})
+		r.MultiStreamProjection(feature.MultiStreamProjection{Name: "ship-on-place", Apply: map[string]feature.ApplyFunc{
+			"order.placed": func(ctx feature.ApplyContext, e feature.Event) error {
+				p, err := feature.Decode[placed](e)
+				if err != nil {
+					return err
+				}
+				return ctx.Publish("order.shipped", OrderShipped{OrderID: p.OrderID})
+			},
+		}})
+		r.OnIntegrationEvent("order.shipped", "seen", func(ctx feature.CommandContext, m feature.Message) error {
+			mu.Lock()
+			got = append(got, m)
+			mu.Unlock()
+			return nil
+		})
+	})
+	app := kumikotest.NewApp(t, []*feature.Feature{f})
+	svc, err := integration.New(app.Executor, app.Store, integration.Config{})
+	require.NoError(t, err)
+	relay, _ := svc.Relay()
+	d, err := consumer.New(app.Store, consumer.Config{InstanceID: "msp"}, append(app.Executor.Consumers(), relay)...)
+	require.NoError(t, err)
+	require.NoError(t, d.Register(ctx))
+	_, err = app.Executor.Command(ctx, alice, pipeline.Request{Type: "order.place", Payload: []byte(`{"orderId":"o-9"}`)})
+	require.NoError(t, err)
+
+	kumikotest.CatchUp(t, d, integration.RelayName)
+	require.Empty(t, got, "nothing is published before the projection's pass")
+	kumikotest.CatchUp(t, d, "ship-on-place", integration.RelayName)
+	require.Len(t, got, 1)
+	var placedID int64
+	require.NoError(t, app.Pool.QueryRow(ctx, "SELECT id FROM kumiko_events WHERE type = 'order.placed'").Scan(&placedID))
+	require.Equal(t, strconv.FormatInt(placedID, 10), got[0].CausationID)
+	require.Equal(t, alice.User.TenantID, got[0].TenantID)
+	require.Equal(t, alice.User.ID, got[0].UserID)
+	require.Equal(t, alice.CorrelationID, got[0].CorrelationID)
 }
