@@ -57,25 +57,25 @@ func (r *Registrar) OnIntegrationEvent(event, handlerName string, handler func(c
 // Message is an integration event as a handler receives it.
 type Message struct {
 	// ID is stable across redeliveries and retries.
-	ID uuid.UUID
+	ID uuid.UUID `json:"id"`
 	// Type is the contract's name, Version the contract version it was
 	// published with.
-	Type    string
-	Version int
+	Type    string `json:"type"`
+	Version int    `json:"version"`
 	// Payload is the JSON object published; see Decode.
-	Payload json.RawMessage
+	Payload json.RawMessage `json:"payload"`
 	// TenantID, UserID and CorrelationID are the publisher's.
-	TenantID      uuid.UUID
-	UserID        string
-	CorrelationID string
+	TenantID      uuid.UUID `json:"tenantId"`
+	UserID        string    `json:"userId,omitempty"`
+	CorrelationID string    `json:"correlationId,omitempty"`
 	// CausationID is what the publisher reacted to, when it did: an event
 	// id, or another message's id.
-	CausationID string
+	CausationID string `json:"causationId,omitempty"`
 	// Headers are the publishing request's event headers (trace context
 	// among them).
-	Headers map[string]string
+	Headers map[string]string `json:"headers,omitempty"`
 	// PublishedAt is when the publishing transaction appended it.
-	PublishedAt time.Time
+	PublishedAt time.Time `json:"publishedAt"`
 }
 
 // Decode unmarshals the payload into v, leniently about fields v lacks.

@@ -14,16 +14,26 @@ import (
 	"github.com/kumiko-go/kumiko/feature"
 )
 
-// ErrDeadNotFound is returned when no dead message matches.
-var ErrDeadNotFound = errors.New("no such dead message")
+// ErrDeadNotFound is returned (wrapped) when no dead message matches; its
+// Code is not_found, its Reason dead_message_not_found.
+var ErrDeadNotFound error = deadNotFound{}
+
+type deadNotFound struct{}
+
+func (deadNotFound) Error() string  { return "no such dead message" }
+func (deadNotFound) Code() string   { return "not_found" }
+func (deadNotFound) Reason() string { return "dead_message_not_found" }
+func (deadNotFound) Detail() string { return "no such dead message" }
 
 // DeadMessage is a message a handler failed on every attempt.
 type DeadMessage struct {
-	Message   feature.Message
-	Handler   string
-	Attempts  int
-	LastError string
-	DeadAt    time.Time
+	Message feature.Message `json:"message"`
+	// Handler is the handler that failed ("" over RabbitMQ, where a
+	// message is dead for the app).
+	Handler   string    `json:"handler,omitempty"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"lastError"`
+	DeadAt    time.Time `json:"deadAt"`
 }
 
 // deadStore holds the dead messages of the in-process transport.

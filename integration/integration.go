@@ -157,9 +157,9 @@ func messageOf(ev eventstore.Event) feature.Message {
 	}
 }
 
-// Types are the contracts the app has handlers for, which a transport
+// types are the contracts the app has handlers for, which a transport
 // subscribes to.
-func (s *Service) Types() []string {
+func (s *Service) types() []string {
 	var out []string
 	for _, c := range s.exec.Registry().Contracts() {
 		if len(s.handlers[c.Name]) > 0 {
@@ -175,7 +175,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.Transport == nil {
 		return nil
 	}
-	return s.cfg.Transport.Start(ctx, s.Types(), s.Handle)
+	return s.cfg.Transport.Start(ctx, s.types(), s.Handle)
 }
 
 // Stop stops the transport.

@@ -89,7 +89,7 @@ func TestIntegrationDeadCommands(t *testing.T) {
 	out, err = cli("integration", "dead", "drop", dead[1].Message.ID.String())
 	require.NoError(t, err, out)
 	_, err = cli("integration", "dead", "drop", dead[1].Message.ID.String())
-	require.ErrorIs(t, err, integration.ErrDeadNotFound)
+	require.ErrorContains(t, err, "dead_message_not_found")
 
 	out, err = cli("integration", "dead", "list")
 	require.NoError(t, err)
