@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -170,12 +171,46 @@ func (s *Service) types() []string {
 }
 
 // Start starts receiving through the transport; in process it does
-// nothing, the relay delivers.
+// nothing, the relay delivers. Over RabbitMQ it first unbinds the app's
+// queue from the contracts its previous start bound and the app no longer
+// handles (kumiko_integration_bindings remembers them), so the queue is
+// bound to exactly the contracts handled.
 func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.Transport == nil {
 		return nil
 	}
-	return s.cfg.Transport.Start(ctx, s.types(), s.Handle)
+	types := s.types()
+	r, ok := s.cfg.Transport.(*Rabbit)
+	if !ok {
+		return s.cfg.Transport.Start(ctx, types, s.Handle)
+	}
+	rows, err := s.store.Pool().Query(ctx, s.sql.bindings, r.cfg.Queue, r.cfg.Exchange)
+	if err != nil {
+		return fmt.Errorf("integration: bindings: %w", err)
+	}
+	bound, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("integration: bindings: %w", err)
+	}
+	var stale []string
+	for _, t := range bound {
+		if !slices.Contains(types, t) {
+			stale = append(stale, t)
+		}
+	}
+	if err := r.unbind(stale); err != nil {
+		return fmt.Errorf("rabbitmq: unbind %v: %w", stale, err)
+	}
+	if err := r.Start(ctx, types, s.Handle); err != nil {
+		return err
+	}
+	return s.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, s.sql.clearBindings, r.cfg.Queue, r.cfg.Exchange); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.sql.addBinding, r.cfg.Queue, r.cfg.Exchange, types)
+		return err
+	})
 }
 
 // Stop stops the transport.

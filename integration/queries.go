@@ -16,12 +16,15 @@ type queries struct {
 	claim string
 	// Dead messages.
 	putDead, listDead, getDead, dropDead string
+	// The broker bindings of the app's queue.
+	bindings, clearBindings, addBinding string
 }
 
 func newQueries(schema string) queries {
 	r := strings.NewReplacer(
 		"{inbox}", pgx.Identifier{schema, "kumiko_inbox"}.Sanitize(),
 		"{dead}", pgx.Identifier{schema, "kumiko_integration_dead"}.Sanitize(),
+		"{bindings}", pgx.Identifier{schema, "kumiko_integration_bindings"}.Sanitize(),
 	)
 	return queries{
 		claim: r.Replace(`INSERT INTO {inbox} (message_id, handler) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true`),
@@ -33,6 +36,9 @@ ON CONFLICT (message_id, handler) DO UPDATE SET attempts = {dead}.attempts + EXC
 FROM {dead} ORDER BY dead_at, message_id, handler LIMIT $1`),
 		getDead: r.Replace(`SELECT message_id, handler, type, tenant_id, message, attempts, last_error, dead_at
 FROM {dead} WHERE message_id = $1 AND ($2 = '' OR handler = $2) ORDER BY handler`),
-		dropDead: r.Replace(`DELETE FROM {dead} WHERE message_id = $1 AND ($2 = '' OR handler = $2)`),
+		dropDead:      r.Replace(`DELETE FROM {dead} WHERE message_id = $1 AND ($2 = '' OR handler = $2)`),
+		bindings:      r.Replace(`SELECT type FROM {bindings} WHERE queue = $1 AND exchange = $2 ORDER BY type`),
+		clearBindings: r.Replace(`DELETE FROM {bindings} WHERE queue = $1 AND exchange = $2`),
+		addBinding:    r.Replace(`INSERT INTO {bindings} (queue, exchange, type) SELECT $1, $2, unnest($3::text[])`),
 	}
 }

@@ -304,6 +304,31 @@ func (r *Rabbit) declare(ch *amqp.Channel, types []string) error {
 	return nil
 }
 
+// unbind removes the queue's bindings of types, on a connection of its own.
+func (r *Rabbit) unbind(types []string) error {
+	if len(types) == 0 {
+		return nil
+	}
+	conn, err := amqp.Dial(r.cfg.URL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	for _, t := range types {
+		var aerr *amqp.Error
+		if err := ch.QueueUnbind(r.cfg.Queue, t, r.cfg.Exchange, nil); errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+			return nil // the queue or exchange is gone, and its bindings with it
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // receive consumes until ctx ends, reopening the connection after a loss.
 func (r *Rabbit) receive(ctx context.Context, types []string, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) {
 	var ceiling time.Duration

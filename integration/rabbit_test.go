@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -421,4 +423,57 @@ func queueExists(name string) bool {
 	}
 	_, err = ch.QueueDeclarePassive(name, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
 	return err == nil
+}
+
+// A new version of billing that no longer handles order.shipped unbinds it
+// at start: the broker drops the contract for billing's queue from then on.
+func TestRabbitStartUnbindsContractsNoLongerHandled(t *testing.T) {
+	t.Parallel()
+	br := newBroker(t, rabbitURL())
+	billing := receiverApp(t, billingFeature(&receiver{calls: map[string]int{}}))
+	v1, err := integration.New(billing.Executor, billing.Store, integration.Config{Transport: br.transport(t, "billing", 0)})
+	require.NoError(t, err)
+	require.NoError(t, v1.Start(ctx))
+	require.NoError(t, v1.Stop(ctx))
+
+	// v2: the same app and queue, handling order.cancelled only.
+	reg, err := registry.Build(auditFeature(&receiver{calls: map[string]int{}}))
+	require.NoError(t, err)
+	exec, err := pipeline.New(reg, billing.Store, pipeline.Config{})
+	require.NoError(t, err)
+	v2, err := integration.New(exec, billing.Store, integration.Config{Transport: br.transport(t, "billing", 0)})
+	require.NoError(t, err)
+	require.NoError(t, v2.Start(ctx))
+	require.NoError(t, v2.Stop(ctx)) // nobody consumes: the queue keeps what is routed to it
+
+	pub := br.transport(t, "orders", 0)
+	t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+	for _, typ := range []string{"order.shipped", "order.cancelled"} {
+		// Publish returns once the broker confirmed, which it does after routing.
+		require.NoError(t, pub.Publish(ctx, []feature.Message{{ID: uuid.Must(uuid.NewV7()), Type: typ, Version: 1,
+			Payload: json.RawMessage(`{"orderId":"x"}`), TenantID: tenantA}}))
+	}
+	require.Equal(t, 1, queueDepth(t, br.prefix+"-billing"), "only order.cancelled reached billing's queue")
+	require.Equal(t, []string{"order.cancelled"}, boundTypes(t, billing))
+}
+
+func queueDepth(t *testing.T, name string) int {
+	t.Helper()
+	conn, err := amqp.Dial(rabbitURL())
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+	require.NoError(t, err)
+	return q.Messages
+}
+
+func boundTypes(t *testing.T, app *kumikotest.App) []string {
+	t.Helper()
+	rows, err := app.Pool.Query(ctx, "SELECT type FROM kumiko_integration_bindings ORDER BY type")
+	require.NoError(t, err)
+	types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return types
 }

@@ -30,6 +30,7 @@ var owners = map[string]string{
 	"kumiko_pipeline_migrations":    "pipeline",
 	"kumiko_inbox":                  "integration",
 	"kumiko_integration_dead":       "integration",
+	"kumiko_integration_bindings":   "integration",
 	"kumiko_integration_migrations": "integration",
 }
 
