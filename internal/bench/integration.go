@@ -378,8 +378,10 @@ func (b *bench) integrationLatency(ctx context.Context, recvQueue string, rabbit
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%d messages not handled within 30 s", missing)
 			}
-			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
-				return err
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
 			}
 		}
 		if !record {
@@ -412,16 +414,4 @@ func (b *bench) integrationLatency(ctx context.Context, recvQueue string, rabbit
 		})
 	}
 	return rows, nil
-}
-
-// sleepCtx pauses for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
