@@ -50,10 +50,10 @@ func (d localDead) Drop(ctx context.Context, id uuid.UUID, handler string) (int6
 type rabbitDead struct{ r *Rabbit }
 
 // walk takes the dead queue's messages one by one, at most limit (0 = all
-// there are now), and calls fn on each; fn may ack a delivery. The
-// deliveries fn leaves alone go back to the queue when walk's connection
-// closes.
-func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) error) error {
+// there are now), and calls fn on each; fn acks the deliveries it settles.
+// walk puts the others back before it returns and waits until the broker
+// has them again, so the next walk sees them.
+func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) (settled bool, err error)) error {
 	conn, err := amqp.Dial(d.r.cfg.URL)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
@@ -63,14 +63,26 @@ func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) error) e
 	if err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
 	}
-	q, err := ch.QueueDeclarePassive(d.r.DeadQueue(), true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
-	if err != nil {
-		return fmt.Errorf("rabbitmq: %s: %w", d.r.DeadQueue(), err)
+	depth := func() (int, error) {
+		q, err := ch.QueueDeclarePassive(d.r.DeadQueue(), true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+		if err != nil {
+			return 0, fmt.Errorf("rabbitmq: %s: %w", d.r.DeadQueue(), err)
+		}
+		return q.Messages, nil
 	}
-	n := q.Messages
+	n, err := depth()
+	if err != nil {
+		return err
+	}
 	if limit > 0 {
 		n = min(n, limit)
 	}
+	var kept []amqp.Delivery
+	defer func() {
+		for _, del := range kept {
+			_ = del.Nack(false, true)
+		}
+	}()
 	for range n {
 		del, ok, err := ch.Get(d.r.DeadQueue(), false)
 		if err != nil || !ok {
@@ -79,8 +91,28 @@ func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) error) e
 		dm := DeadMessage{Attempts: d.r.cfg.MaxDeliveries, LastError: fmt.Sprintf("failed %d deliveries", d.r.cfg.MaxDeliveries)}
 		dm.Message, _ = message(del) // an unreadable one lists with its zero message
 		dm.DeadAt, _ = deathTime(del)
-		if err := fn(del, dm); err != nil {
+		settled, err := fn(del, dm)
+		if !settled {
+			kept = append(kept, del)
+		}
+		if err != nil {
 			return err
+		}
+	}
+	// Put the others back and wait until the queue counts them again.
+	want := 0
+	if len(kept) > 0 {
+		for _, del := range kept {
+			if err := del.Nack(false, true); err != nil {
+				return err
+			}
+		}
+		want, kept = len(kept), nil
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			if got, err := depth(); err != nil || got >= want {
+				return err
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	return nil
@@ -99,25 +131,25 @@ func deathTime(d amqp.Delivery) (time.Time, bool) {
 
 func (d rabbitDead) List(_ context.Context, limit int) ([]DeadMessage, error) {
 	var out []DeadMessage
-	err := d.walk(limit, func(_ amqp.Delivery, dm DeadMessage) error {
+	err := d.walk(limit, func(_ amqp.Delivery, dm DeadMessage) (bool, error) {
 		out = append(out, dm)
-		return nil
+		return false, nil
 	})
 	return out, err
 }
 
 func (d rabbitDead) Retry(ctx context.Context, id uuid.UUID, _ string) error {
 	found := false
-	err := d.walk(0, func(del amqp.Delivery, dm DeadMessage) error {
+	err := d.walk(0, func(del amqp.Delivery, dm DeadMessage) (bool, error) {
 		if dm.Message.ID != id {
-			return nil
+			return false, nil
 		}
 		found = true
 		// Back into the app's queue, as a new message with a fresh count.
 		if err := d.r.republish(ctx, dm); err != nil {
-			return err
+			return false, err
 		}
-		return del.Ack(false)
+		return true, del.Ack(false)
 	})
 	if err == nil && !found {
 		err = fmt.Errorf("%w: %s", ErrDeadNotFound, id)
@@ -127,12 +159,12 @@ func (d rabbitDead) Retry(ctx context.Context, id uuid.UUID, _ string) error {
 
 func (d rabbitDead) Drop(_ context.Context, id uuid.UUID, _ string) (int64, error) {
 	var n int64
-	err := d.walk(0, func(del amqp.Delivery, dm DeadMessage) error {
+	err := d.walk(0, func(del amqp.Delivery, dm DeadMessage) (bool, error) {
 		if dm.Message.ID != id {
-			return nil
+			return false, nil
 		}
 		n++
-		return del.Ack(false)
+		return true, del.Ack(false)
 	})
 	if err == nil && n == 0 {
 		err = fmt.Errorf("%w: %s", ErrDeadNotFound, id)
