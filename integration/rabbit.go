@@ -338,15 +338,13 @@ func (r *Rabbit) receive(ctx context.Context, types []string, conn *amqp.Connect
 				r.cfg.Logger.Warn("rabbitmq: receiving stopped; reconnecting", "queue", r.cfg.Queue, "err", err)
 			}
 			_ = conn.Close()
-			conn, ch = nil, nil
+			conn = nil
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		var pause time.Duration
 		ceiling = min(max(2*ceiling, 100*time.Millisecond), 5*time.Second)
-		pause = ceiling / 2
-		if wait(ctx, pause) != nil {
+		if wait(ctx, ceiling/2) != nil {
 			return
 		}
 		var err error
