@@ -39,7 +39,7 @@ func TestAppDeliversIntegrationEventsInProcess(t *testing.T) {
 	post(t, base+"/api/command", token, `{"type":"order.ship","payload":{"id":"`+id+`","version":1}}`, http.StatusOK)
 	require.Eventually(t, func() bool {
 		return db.Count(t, "SELECT count(*) FROM read_invoice WHERE order_id = $1", id) == 1
-	}, 10*time.Second, 10*time.Millisecond)
+	}, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'kumiko.integration-relay'"))
 
 	// The relay counts a message published once its batch is settled.
@@ -56,7 +56,7 @@ func TestAppDeliversIntegrationEventsInProcess(t *testing.T) {
 		}
 		return total
 	}
-	require.Eventually(t, func() bool { return counter("kumiko_integration_published_total") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return counter("kumiko_integration_published_total") == 1 }, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1.0, counter("kumiko_integration_handled_total"))
 	require.Zero(t, counter("kumiko_integration_failed_total"))
 }
