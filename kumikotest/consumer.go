@@ -25,3 +25,23 @@ func CatchUp(t testing.TB, d *consumer.Dispatcher, names ...string) {
 		}
 	}
 }
+
+// CatchUpAll delivers every committed event to every multi-stream
+// projection of the app (Executor.Consumers), each until it has read the
+// whole log, so a test can assert what they wrote. Each call sees the events
+// committed before it.
+func (a *App) CatchUpAll(t testing.TB) {
+	t.Helper()
+	if a.dispatcher == nil {
+		cs := a.Executor.Consumers()
+		d, err := consumer.New(a.Store, consumer.Config{InstanceID: "kumikotest"}, cs...)
+		if err != nil {
+			t.Fatalf("kumikotest: %v", err)
+		}
+		a.dispatcher = d
+		for _, c := range cs {
+			a.consumers = append(a.consumers, c.Name)
+		}
+	}
+	CatchUp(t, a.dispatcher, a.consumers...)
+}

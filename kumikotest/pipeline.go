@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/pipeline"
@@ -18,6 +19,9 @@ type App struct {
 	*DB
 	Registry *registry.Registry
 	Executor *pipeline.Executor
+
+	dispatcher *consumer.Dispatcher // CatchUpAll's, made on first use
+	consumers  []string
 }
 
 // NewApp builds features into a registry (failing the test on boot errors),
