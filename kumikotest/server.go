@@ -69,6 +69,19 @@ type Client struct {
 	base string
 	// Token is the bearer token sent with every request.
 	Token string
+	// Header is sent with every request (X-Correlation-ID, Idempotency-Key…).
+	Header nethttp.Header
+}
+
+// With returns a copy of the client that also sends header name: value.
+func (c *Client) With(name, value string) *Client {
+	cc := *c
+	cc.Header = c.Header.Clone()
+	if cc.Header == nil {
+		cc.Header = nethttp.Header{}
+	}
+	cc.Header.Set(name, value)
+	return &cc
 }
 
 // Write posts {"type","payload"} to /api/write.
@@ -116,6 +129,9 @@ func (c *Client) Do(method, path string, body []byte) Response {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range c.Header {
+		req.Header[k] = v
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
