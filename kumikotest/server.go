@@ -26,8 +26,9 @@ const Secret = "kumikotest-secret-of-at-least-32-bytes"
 // when the test calls CatchUpAll.
 type Server struct {
 	*App
-	// URL is the base URL, without a trailing slash.
-	URL string
+	// BaseURL is where the server listens ("http://127.0.0.1:port"); the
+	// embedded App's URL is the test database's.
+	BaseURL string
 	// HTTP is the adapter, for tests that need its handler or its streams.
 	HTTP *http.Server
 }
@@ -49,7 +50,7 @@ func NewServer(t testing.TB, features []*feature.Feature, opts ...Option) *Serve
 		s.CloseStreams()
 		srv.Close()
 	})
-	return &Server{App: app, URL: srv.URL, HTTP: s}
+	return &Server{App: app, BaseURL: srv.URL, HTTP: s}
 }
 
 // As returns a client that calls the server as user of tenant with roles.
@@ -59,7 +60,7 @@ func (s *Server) As(t testing.TB, tenant uuid.UUID, user string, roles ...string
 	if err != nil {
 		t.Fatalf("kumikotest: token: %v", err)
 	}
-	return &Client{t: t, base: s.URL, Token: tok}
+	return &Client{t: t, base: s.BaseURL, Token: tok}
 }
 
 // Client calls the HTTP API with one user's token, failing the test on
