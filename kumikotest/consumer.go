@@ -9,7 +9,7 @@ import (
 
 // CatchUp runs passes of the named consumers of d, one after the other,
 // each until a pass finds nothing more to read, failing the test on the
-// first error. It needs no started dispatcher (d.Register is enough), so a
+// first error, a pass's or an event's. It needs no started dispatcher (d.Register is enough), so a
 // test decides exactly when events are delivered.
 func CatchUp(t testing.TB, d *consumer.Dispatcher, names ...string) {
 	t.Helper()
@@ -18,6 +18,9 @@ func CatchUp(t testing.TB, d *consumer.Dispatcher, names ...string) {
 			res, err := d.RunPass(context.Background(), n)
 			if err != nil {
 				t.Fatalf("kumikotest: consumer %s: %v", n, err)
+			}
+			if res.Failed != nil {
+				t.Fatalf("kumikotest: consumer %s failed at cursor %d: %v", n, res.Cursor, res.Failed)
 			}
 			if !res.More {
 				break
@@ -36,6 +39,9 @@ func (a *App) CatchUpAll(t testing.TB) {
 		cs := a.Executor.Consumers()
 		d, err := consumer.New(a.Store, consumer.Config{InstanceID: "kumikotest"}, cs...)
 		if err != nil {
+			t.Fatalf("kumikotest: %v", err)
+		}
+		if err := d.Register(context.Background()); err != nil {
 			t.Fatalf("kumikotest: %v", err)
 		}
 		a.dispatcher = d
