@@ -29,6 +29,19 @@ type CompleteTask struct {
 	Note    string    `json:"note" validate:"max=500"`
 }
 
+// Completed is what "task.complete" answers: the task and its version
+// after the command, for the client's next write.
+type Completed struct {
+	ID      uuid.UUID `json:"id"`
+	Version int       `json:"version"`
+}
+
+// doneChange is the change of the task's own fields that completing it
+// makes, appended as task.updated next to task.completed.
+type doneChange struct {
+	Done bool `json:"done"`
+}
+
 // StatsQuery is the input of the "task.stats" query: no parameters.
 type StatsQuery struct{}
 
@@ -95,10 +108,10 @@ func complete(ctx feature.CommandContext, in CompleteTask) (any, error) {
 	if err := task.Append("task.completed", TaskCompleted{CompletedBy: ctx.User().ID, Note: in.Note}); err != nil {
 		return nil, err
 	}
-	if err := task.Append("task.updated", map[string]any{"done": true}); err != nil {
+	if err := task.Append("task.updated", doneChange{Done: true}); err != nil {
 		return nil, err
 	}
-	return map[string]any{"id": in.ID, "version": task.Version()}, nil
+	return Completed{ID: in.ID, Version: task.Version()}, nil
 }
 
 // countMonth adds one to the created or completed count of the event's month.
