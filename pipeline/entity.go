@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/kumiko-go/kumiko/eventstore"
@@ -32,6 +34,37 @@ type entityTable struct {
 	// selectList is every column a row read returns, in scan order.
 	selectList string
 	insert     string
+}
+
+// uniqueViolation turns a violation of a unique field's index into the
+// unique_violation that names the field (details.field); other errors pass.
+func (t *entityTable) uniqueViolation(err error) error {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "23505" {
+		return err
+	}
+	def := t.e.Table()
+	for _, ix := range def.Indexes {
+		if !ix.Unique || len(ix.Columns) != 2 {
+			continue
+		}
+		// The index name tableDDL gives it, as PostgreSQL stores it: cut to
+		// 63 bytes.
+		name := def.Name + "_" + strings.Join(ix.Columns, "_") + "_idx"
+		if len(name) > 63 {
+			name = name[:63]
+		}
+		if pg.ConstraintName != name {
+			continue
+		}
+		col := pgx.Identifier{ix.Columns[1]}.Sanitize()
+		for _, f := range t.fields {
+			if t.cols[f] == col {
+				return newError(CodeUniqueViolation, "", f+" is already taken", err).with("field", f)
+			}
+		}
+	}
+	return err
 }
 
 func newEntityTable(schema string, e *registry.Entity) *entityTable {

@@ -166,7 +166,7 @@ func (d *Executor) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event) 
 	if t, ok := d.entities[ev.AggregateType]; ok {
 		var err error
 		if row, err = t.apply(ctx, tx, ev); err != nil {
-			return nil, err
+			return nil, t.uniqueViolation(err)
 		}
 		if every := t.e.SnapshotEvery(); every > 0 && ev.Version%every == 0 {
 			if err := d.snapshotEntity(ctx, tx, t, ev.TenantID, ev.AggregateID); err != nil {

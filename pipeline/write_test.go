@@ -152,8 +152,9 @@ func TestEventAndRowsCommitTogether(t *testing.T) {
 		require.Equal(t, before, counts(), name)
 	}
 	_, err := app.Executor.Write(ctx, alice, req("note.create", `{"title":"dup","code":"A-1"}`))
-	c, _ := code(t, err)
+	c, pe := code(t, err)
 	require.Equal(t, "unique_violation", c)
+	require.Equal(t, "code", pe.Details()["field"], "the violation names the field")
 
 	// In a batch: the first command succeeds on its own, the second fails;
 	// neither is kept.
@@ -162,7 +163,7 @@ func TestEventAndRowsCommitTogether(t *testing.T) {
 		req("task.create", `{"title":"also fine"}`),
 		req("note.create", `{"title":"boom-after"}`),
 	})
-	_, pe := code(t, err)
+	_, pe = code(t, err)
 	require.Equal(t, 2, pe.Details()["failedIndex"])
 	require.Equal(t, before, counts())
 	require.Equal(t, 0, app.Count(t, "SELECT count(*) FROM read_task"))

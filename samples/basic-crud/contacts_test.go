@@ -31,6 +31,7 @@ func TestContacts(t *testing.T) {
 
 	dup := alice.Write("contact.create", map[string]any{"name": "Ada again", "email": "ada@example.com"}).Problem()
 	require.Equal(t, "unique_violation", dup.Code)
+	require.Equal(t, "email", dup.Details["field"])
 
 	list := kumikotest.Data[struct {
 		Rows []basiccrud.Contact `json:"rows"`
