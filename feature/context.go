@@ -166,7 +166,10 @@ type SnapshotSpec struct {
 // implementation and cannot be turned off through this interface, whatever
 // the ProjectionFilter says.
 type ProjectionQuery interface {
-	// Rows returns the matching rows, each as column name → value.
+	// Rows returns the matching rows, each as a map from the column's JSON
+	// name (camelCase: created_at is "createdAt") to its value, without the
+	// tenant_id column, so a query may answer the rows as they are. Where
+	// and OrderBy still name columns.
 	Rows(f ProjectionFilter) ([]map[string]any, error)
 	// Row returns the first matching row, or nil when none matches.
 	Row(f ProjectionFilter) (map[string]any, error)

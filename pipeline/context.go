@@ -486,15 +486,29 @@ func (q *projectionQuery) Rows(f feature.ProjectionFilter) ([]map[string]any, er
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (map[string]any, error) {
 		m, err := pgx.RowToMap(r)
+		row := make(map[string]any, len(m))
 		for k, v := range m {
-			m[k] = fromDB(v)
+			if k != "tenant_id" {
+				row[camelCase(k)] = fromDB(v)
+			}
 		}
-		return m, err
+		return row, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("query projection: %w", err)
 	}
 	return out, nil
+}
+
+// camelCase is the JSON name of a column: created_at → createdAt.
+func camelCase(column string) string {
+	parts := strings.Split(column, "_")
+	for i := 1; i < len(parts); i++ {
+		if p := parts[i]; p != "" {
+			parts[i] = strings.ToUpper(p[:1]) + p[1:]
+		}
+	}
+	return strings.Join(parts, "")
 }
 
 func (q *projectionQuery) Row(f feature.ProjectionFilter) (map[string]any, error) {
