@@ -199,7 +199,13 @@ func toProblem(err error) (p problem, header http.Header, cause error) {
 		if i, ok := p.Details[detailFailedIndex].(int); ok {
 			details = map[string]any{detailFailedIndex: i}
 		}
-		p.Code, p.Reason, p.Detail, p.Fields, p.Details = pipeline.CodeInternal, pipeline.CodeInternal, genericInternalDetail, nil, details
+		reason, detail := pipeline.CodeInternal, genericInternalDetail
+		if p.Code == pipeline.CodeInternal && p.Reason == pipeline.ReasonUnknownEventVersion {
+			// The one 500 whose reason is contract: the client learns
+			// that the server is older than the data, in a fixed sentence.
+			reason, detail = p.Reason, p.Detail
+		}
+		p.Code, p.Reason, p.Detail, p.Fields, p.Details = pipeline.CodeInternal, reason, detail, nil, details
 	}
 	p.Fields, p.FieldsTotal = capFields(p.Fields, err)
 	p.Type = problemTypeBase + p.Code

@@ -80,3 +80,22 @@ func TestServer(t *testing.T) {
 	require.Equal(t, []month{{Created: 1}}, kumikotest.Rows[month](t, srv.App, "tasks_by_month", tenant))
 	require.Empty(t, kumikotest.Rows[month](t, srv.App, "tasks_by_month", uuid.New()), "another tenant's rows")
 }
+
+// An event stored in a version newer than the app knows is never guessed
+// at: the command that loads it fails with event_schema_unknown_version and
+// writes nothing; over HTTP it is a 500 with that reason.
+func TestGivenNewerEventVersion(t *testing.T) {
+	t.Parallel()
+	srv := kumikotest.NewServer(t, []*feature.Feature{tasks.Feature})
+	tenant, id := uuid.New(), uuid.New()
+	srv.Given(t, tenant,
+		kumikotest.Given{Stream: id, AggregateType: "task", Type: "task.created", Payload: map[string]any{"title": "Old"}},
+		kumikotest.Given{Stream: id, AggregateType: "task", Type: "task.completed", EventVersion: 4, Payload: map[string]any{"completedBy": "bob"}})
+
+	srv.When(t, kumikotest.User(tenant, "alice", "User"), "task.complete", tasks.CompleteTask{ID: id, Version: 2}).
+		ThenError("internal_error", "event_schema_unknown_version")
+
+	p := srv.As(t, tenant, "root", "Admin").Get("/api/inspect/task/" + id.String()).Problem()
+	require.Equal(t, 500, p.Status)
+	require.Equal(t, "event_schema_unknown_version", p.Reason)
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -136,6 +137,9 @@ func AsError(err error) *Error {
 		e := newError(CodeValidation, "", "the payload is not valid", err)
 		e.fields = ve.Fields
 		return e
+	case errors.Is(err, eventstore.ErrUnknownEventVersion):
+		return newError(CodeInternal, ReasonUnknownEventVersion,
+			"a stored event is of a newer version than this server knows; run the newer release", err)
 	case errors.Is(err, registry.ErrUnknownType):
 		return newError(CodeNotFound, "handler_not_found", "no such handler", err)
 	case errors.As(err, &ref):
@@ -151,6 +155,11 @@ func AsError(err error) *Error {
 func notFoundf(reason, format string, args ...any) *Error {
 	return newError(CodeNotFound, reason, fmt.Sprintf(format, args...), nil)
 }
+
+// ReasonUnknownEventVersion is the Reason of the internal_error of a read
+// that met a stored event of a version newer than the registry's: written by
+// a newer release, it cannot be upcast, and is never guessed at.
+const ReasonUnknownEventVersion = "event_schema_unknown_version"
 
 // ReasonHandlerPanic is the Reason of the internal_error that a panic in a
 // feature's code (a command or query handler, an inline or multi-stream
