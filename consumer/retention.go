@@ -41,12 +41,32 @@ import (
 // that remain; such a shard is expired when it is enabled again (see
 // StatusExpired). Skip or disable a lagging consumer, or remove the rows of
 // an instance that is gone (CollectStale), to let a prune through.
+//
+// A dry run counts everything the options select even when the guard would
+// refuse: it returns those counts together with the refusal (ErrLagging,
+// naming the consumer), so an operator sees both what a prune would remove
+// and what holds it back.
 func (o *Ops) PruneEvents(ctx context.Context, opts eventstore.PruneOptions) (eventstore.PruneResult, error) {
 	if err := validatePrune(opts); err != nil {
 		return eventstore.PruneResult{}, err
 	}
 	opts.Guard = o.pruneGuard
-	return o.store.Prune(ctx, opts)
+	var refused error
+	if opts.DryRun {
+		opts.Guard = func(ctx context.Context, tx pgx.Tx, needed int64) (int64, error) {
+			upTo, err := o.pruneGuard(ctx, tx, needed)
+			if errors.Is(err, ErrLagging) {
+				refused = err
+				return needed, nil
+			}
+			return upTo, err
+		}
+	}
+	res, err := o.store.Prune(ctx, opts)
+	if err != nil {
+		return res, err
+	}
+	return res, refused
 }
 
 // pruneGuard locks the consumer table and returns the highest id every

@@ -94,8 +94,10 @@ func TestPruneGuardSharedConsumer(t *testing.T) {
 	requireLagging(t, err, "prunee", consumer.SharedInstance, 0, old[2].ID)
 	dry := opts
 	dry.DryRun = true
-	_, err = ops.PruneEvents(ctx, dry)
+	counted, err := ops.PruneEvents(ctx, dry)
 	requireLagging(t, err, "prunee", consumer.SharedInstance, 0, old[2].ID)
+	require.Equal(t, eventstore.PruneResult{Deleted: 3, UpTo: old[2].ID, ByType: map[string]int64{"thing": 3}}, counted,
+		"a refused dry run still counts")
 	require.Len(t, eventIDs(t, db), 5, "nothing removed")
 
 	runPass(t, d, "prunee")

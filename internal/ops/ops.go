@@ -1024,7 +1024,9 @@ func (o *ops) pruneCmd() *cobra.Command {
 		Long: "Remove the events of the aggregate types named by --types created before --older-than " +
 			"(a duration such as 720h or 30d, counted back from now, or an RFC 3339 time). It refuses, " +
 			"removing nothing, while a consumer that is not disabled has not processed them. Snapshots and " +
-			"archive markers are kept. --dry-run counts without removing.",
+			"archive markers are kept. --dry-run counts without removing, and says which consumer would refuse a real run.",
+		Example: "  events prune --types task --older-than 720h --dry-run\n" +
+			"  events prune --types task,audit --older-than 2026-01-01T00:00:00Z",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			before, err := parseOlderThan(olderThan, time.Now())
@@ -1044,14 +1046,22 @@ func (o *ops) pruneCmd() *cobra.Command {
 					OlderThan: before, AggregateTypes: types, DryRun: dryRun,
 				})
 				p.done()
-				if err != nil {
+				var refused *consumer.Error
+				switch {
+				case dryRun && errors.As(err, &refused) && errors.Is(err, consumer.ErrLagging):
+					// A dry run reports the counts and what would refuse them.
+				case err != nil:
 					return err
 				}
 				if o.json {
-					return writeJSON(out, map[string]any{
+					v := map[string]any{
 						"deleted": res.Deleted, "upTo": res.UpTo, "byType": res.ByType, "dryRun": dryRun,
 						"olderThan": before.UTC(),
-					})
+					}
+					if refused != nil {
+						v["refusedBy"] = refused.Details()
+					}
+					return writeJSON(out, v)
 				}
 				verb := "removed"
 				if dryRun {
@@ -1063,7 +1073,13 @@ func (o *ops) pruneCmd() *cobra.Command {
 				for _, t := range types {
 					fmt.Fprintf(w, "%s\t%d\n", t, res.ByType[t])
 				}
-				return w.Flush()
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if refused != nil {
+					fmt.Fprintf(out, "a prune now would be refused (%s): %s\n", refused.Reason(), refused.Detail())
+				}
+				return nil
 			})
 		},
 	}
