@@ -27,6 +27,9 @@ const (
 	// skips it (Ops.Skip: resume with the oldest retained event after the
 	// cursor, accepting the loss) or rebuilds its projection.
 	StatusExpired = "expired"
+	// StatusCatchingUp is how a status report (Ops.List, Ops.Status) shows
+	// an idle shard that committed events wait for; it is never stored.
+	StatusCatchingUp = "catching_up"
 )
 
 // Consumer receives every committed event, in id order, at least once; with

@@ -33,7 +33,9 @@ type ShardStatus struct {
 	// LagSeconds is the age of the oldest event after Cursor; 0 when the
 	// shard has caught up.
 	LagSeconds float64 `json:"lagSeconds"`
-	// Status is StatusIdle, StatusDead, StatusDisabled or StatusExpired.
+	// Status is StatusIdle, StatusDead, StatusDisabled or StatusExpired; an
+	// idle shard with committed events after its cursor shows
+	// StatusCatchingUp.
 	Status string `json:"status"`
 	// ExpiredUpTo is, for an expired shard, the highest id of the pruned
 	// events it missed; 0 otherwise.
@@ -279,6 +281,9 @@ func scanShardStatus(row pgx.Row) (ShardStatus, error) {
 		&s.Status, &s.Attempts, &s.LastError, &s.GapWaitSeconds, &s.GapBackends, &s.UpdatedAt, &s.ExpiredUpTo, &s.Liveness, &s.LastSeen)
 	if s.GapBackends == nil {
 		s.GapBackends = []int32{}
+	}
+	if s.Status == StatusIdle && s.LagEvents > 0 {
+		s.Status = StatusCatchingUp
 	}
 	return s, err
 }

@@ -97,7 +97,7 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	require.ErrorIs(t, res.Failed, errPoison)
 	st, err := ops.Status(ctx, "poison", "")
 	require.NoError(t, err)
-	require.Equal(t, consumer.StatusIdle, st.Status, "one failure is not dead yet")
+	require.Equal(t, consumer.StatusCatchingUp, st.Status, "one failure is not dead yet: still catching up")
 	require.Equal(t, 1, st.Attempts)
 	require.Equal(t, evs[0].ID, st.Cursor, "the cursor stops before the poison event")
 
@@ -132,7 +132,7 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	// Restart retries the same event, which still fails and counts again.
 	st, err = ops.Restart(ctx, "poison", "")
 	require.NoError(t, err)
-	require.Equal(t, consumer.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusCatchingUp, st.Status)
 	require.Zero(t, st.Attempts)
 	require.Empty(t, st.LastError)
 	require.Equal(t, evs[0].ID, st.Cursor, "restart keeps the cursor")
@@ -141,7 +141,7 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	st, err = ops.Status(ctx, "poison", "")
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Attempts)
-	require.Equal(t, consumer.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusCatchingUp, st.Status)
 
 	// Restart is only for a dead shard.
 	before := shardRow(t, db, "poison", consumer.SharedInstance)
@@ -161,7 +161,7 @@ func TestConsumerOpsPoisonDeadRestartSkip(t *testing.T) {
 	st, err = ops.Skip(ctx, "poison", "")
 	require.NoError(t, err)
 	require.Equal(t, evs[1].ID, st.Cursor, "past the head event, and only it")
-	require.Equal(t, consumer.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusCatchingUp, st.Status, "the events after the poison one wait")
 	require.Zero(t, st.Attempts)
 	require.Empty(t, st.LastError)
 	require.Equal(t, int64(2), st.LagEvents)
@@ -205,11 +205,35 @@ func TestConsumerOpsDisableEnable(t *testing.T) {
 
 	st, err = ops.Enable(ctx, "paused", "")
 	require.NoError(t, err)
-	require.Equal(t, consumer.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusCatchingUp, st.Status, "enabled, with two events to catch up on")
 	more := appendOne(t, db.Store)
 	res := runPass(t, d, "paused")
 	require.Equal(t, 3, res.Handled)
 	require.Equal(t, []int64{first[0].ID, first[1].ID, more.ID}, seen(t, db, "paused"), "resumed from the cursor")
+}
+
+// An idle shard behind the log reports catching_up until a pass has
+// brought it to the head; the stored status stays idle throughout.
+func TestConsumerStatusCatchingUp(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ops := consumer.NewOps(db.Store)
+	d := newEventDispatcher(t, db, "p1", recorder(t, db, "behind", feature.Shared))
+	st, err := ops.Status(ctx, "behind", "")
+	require.NoError(t, err)
+	require.Equal(t, consumer.StatusIdle, st.Status, "nothing to read")
+
+	appendN(t, db.Store, 3)
+	st, err = ops.Status(ctx, "behind", "")
+	require.NoError(t, err)
+	require.Equal(t, consumer.StatusCatchingUp, st.Status)
+	require.Equal(t, int64(3), st.LagEvents)
+	require.Contains(t, shardRow(t, db, "behind", consumer.SharedInstance), `"status":"idle"`, "never stored")
+
+	kumikotest.CatchUp(t, d, "behind")
+	list, err := ops.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, consumer.StatusIdle, list[0].Status)
 }
 
 // Every operation refuses from every status it does not start from, with
@@ -249,7 +273,11 @@ func TestConsumerOpsRefuseFromTheWrongState(t *testing.T) {
 				continue
 			}
 			require.NoError(t, err, "%s from %s", tc.name, status)
-			require.Equal(t, tc.to, st.Status, "%s from %s", tc.name, status)
+			want := tc.to
+			if want == consumer.StatusIdle && st.LagEvents > 0 {
+				want = consumer.StatusCatchingUp
+			}
+			require.Equal(t, want, st.Status, "%s from %s", tc.name, status)
 			cursor := evs[0].ID
 			if tc.name == "skip" {
 				cursor = evs[1].ID
@@ -304,7 +332,7 @@ func TestConsumerOpsPerInstance(t *testing.T) {
 	st, err := ops.Restart(ctx, "local", "a")
 	require.NoError(t, err)
 	require.Equal(t, "a", st.InstanceID)
-	require.Equal(t, consumer.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusCatchingUp, st.Status, "restarted before the event it failed on")
 	st, err = ops.Skip(ctx, "local", "b")
 	require.NoError(t, err)
 	require.Equal(t, evs[1].ID, st.Cursor)
@@ -312,7 +340,7 @@ func TestConsumerOpsPerInstance(t *testing.T) {
 	a, err := ops.Status(ctx, "local", "a")
 	require.NoError(t, err)
 	require.Equal(t, evs[0].ID, a.Cursor, "skipping b's shard moved nothing of a's")
-	require.Equal(t, consumer.StatusIdle, a.Status)
+	require.Equal(t, consumer.StatusCatchingUp, a.Status)
 
 	require.Equal(t, 1, runPass(t, ds["b"], "local").Handled)
 	require.Equal(t, []int64{evs[0].ID, evs[2].ID}, seen(t, db, "local_b"))

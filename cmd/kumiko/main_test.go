@@ -124,14 +124,14 @@ func TestGenericBinary(t *testing.T) {
 	require.Contains(t, ok("migrate"), "is up to date")
 	require.Contains(t, ok("migrate"), "is up to date")
 
-	require.Regexp(t, `(?m)^mirror\s+__shared__\s+-\s+idle\s+0\s`, ok("consumer", "list"))
+	require.Regexp(t, `(?m)^mirror\s+__shared__\s+-\s+catching_up\s+0\s`, ok("consumer", "list"))
 	require.Contains(t, ok("consumer", "disable", "mirror"), "disabled")
 	_, errOut, code := run("consumer", "disable", "mirror")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errOut, "wrong_state: consumer mirror/__shared__ is disabled")
 	var st consumer.ShardStatus
 	require.NoError(t, json.Unmarshal([]byte(ok("consumer", "enable", "mirror", "--json")), &st))
-	require.Equal(t, consumer.StatusIdle, st.Status)
+	require.Equal(t, consumer.StatusCatchingUp, st.Status)
 
 	// No features, no upcasting: the payload as stored.
 	out := ok("inspect", "task", id.String(), "--tenant", tenant.String())

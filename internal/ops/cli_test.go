@@ -171,12 +171,12 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "list", "--json")), &list))
 		require.Len(t, list, 1)
 		require.Equal(t, "task-counter", list[0].Name)
-		require.Equal(t, consumer.StatusIdle, list[0].Status)
+		require.Equal(t, consumer.StatusCatchingUp, list[0].Status)
 		require.Equal(t, int64(3), list[0].LagEvents)
 
 		out := ok("consumer", "list")
 		require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+LIVENESS\s+STATUS\s+CURSOR`, out)
-		require.Regexp(t, `(?m)^task-counter\s+__shared__\s+-\s+idle\s+0\s+\d+\s+3\s`, out)
+		require.Regexp(t, `(?m)^task-counter\s+__shared__\s+-\s+catching_up\s+0\s+\d+\s+3\s`, out)
 
 		require.Contains(t, ok("consumer", "disable", "task-counter"), "consumer task-counter/__shared__ disabled")
 		fails("wrong_state: consumer task-counter/__shared__ is disabled; disable needs it idle or dead or expired", "consumer", "disable", "task-counter")
