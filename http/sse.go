@@ -69,7 +69,7 @@ type sseHub struct {
 // sseClient is one open stream.
 type sseClient struct {
 	tenant uuid.UUID
-	types  map[string]bool // nil: every type
+	types  *typeFilter // nil: every type
 	frames chan sseFrame
 	// gone is closed when the hub drops the client; reason says why.
 	gone   chan struct{}
@@ -83,7 +83,27 @@ type sseFrame struct {
 }
 
 func (cl *sseClient) wants(ev eventstore.Event) bool {
-	return ev.TenantID == cl.tenant && (cl.types == nil || cl.types[ev.Type])
+	return ev.TenantID == cl.tenant && cl.types.match(ev.Type)
+}
+
+// typeFilter is what ?types= selects: exact event types, and patterns
+// "prefix.*" that match every type starting with "prefix.". A nil filter
+// matches every type.
+type typeFilter struct {
+	exact    map[string]bool
+	prefixes []string
+}
+
+func (f *typeFilter) match(typ string) bool {
+	if f == nil || f.exact[typ] {
+		return true
+	}
+	for _, p := range f.prefixes {
+		if strings.HasPrefix(typ, p) {
+			return true
+		}
+	}
+	return false
 }
 
 var errStreamsClosed = errors.New("event streams are closed")
@@ -91,7 +111,7 @@ var errStreamsClosed = errors.New("event streams are closed")
 // subscribe adds a client of tenant for types (nil: all) and returns it with
 // the hub's position: every event after it reaches the client (unless it is
 // dropped), none before it does.
-func (h *sseHub) subscribe(tenant uuid.UUID, types map[string]bool) (cl *sseClient, last int64, seen bool, err error) {
+func (h *sseHub) subscribe(tenant uuid.UUID, types *typeFilter) (cl *sseClient, last int64, seen bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -276,7 +296,7 @@ func (s *Server) events(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, position, positioned, err := s.hub.subscribe(u.TenantID, req.typeSet)
+	cl, position, positioned, err := s.hub.subscribe(u.TenantID, req.filter)
 	if err != nil {
 		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
 	}
@@ -286,7 +306,7 @@ func (s *Server) events(c echo.Context) error {
 	if req.resume {
 		var stop func()
 		replay, stop, err = replayFirst(s.store.ReadAll(c.Request().Context(), req.after,
-			eventstore.ReadFilter{TenantID: u.TenantID, Types: req.types}))
+			eventstore.ReadFilter{TenantID: u.TenantID, Types: req.storeTypes()}))
 		defer stop()
 		if err != nil {
 			return pipeline.AsError(err) // nothing is sent yet: an outage is a 503
@@ -318,13 +338,25 @@ func (s *Server) events(c echo.Context) error {
 	return s.live(st, req, sent)
 }
 
-// eventsRequest is what a GET /api/events asks for: the event types (nil
-// and an empty typeSet mean every type) and the resume point, if any.
+// eventsRequest is what a GET /api/events asks for: the event types (a nil
+// filter means every type) and the resume point, if any.
 type eventsRequest struct {
-	types   []string
-	typeSet map[string]bool
-	after   int64 // the id of the last event the client has
-	resume  bool  // after is set: replay from the store first
+	filter *typeFilter
+	after  int64 // the id of the last event the client has
+	resume bool  // after is set: replay from the store first
+}
+
+// storeTypes narrows the replay's read to the exact types asked for; with
+// a pattern among them the read takes every type and the stream filters.
+func (r eventsRequest) storeTypes() []string {
+	if r.filter == nil || len(r.filter.prefixes) > 0 {
+		return nil
+	}
+	types := make([]string, 0, len(r.filter.exact))
+	for t := range r.filter.exact {
+		types = append(types, t)
+	}
+	return types
 }
 
 // parseEventsRequest reads ?types=, then Last-Event-ID or ?after=; a
@@ -338,11 +370,15 @@ func parseEventsRequest(c echo.Context) (eventsRequest, error) {
 	if err != nil {
 		return eventsRequest{}, err
 	}
-	req := eventsRequest{types: types, after: after, resume: resume}
+	req := eventsRequest{after: after, resume: resume}
 	if types != nil {
-		req.typeSet = make(map[string]bool, len(types))
+		req.filter = &typeFilter{exact: map[string]bool{}}
 		for _, t := range types {
-			req.typeSet[t] = true
+			if prefix, ok := strings.CutSuffix(t, "*"); ok {
+				req.filter.prefixes = append(req.filter.prefixes, prefix)
+			} else {
+				req.filter.exact[t] = true
+			}
 		}
 	}
 	return req, nil
@@ -390,6 +426,9 @@ func (s *Server) replay(st *sseStream, next func() (eventstore.Event, error, boo
 		}
 		if positioned && ev.ID > position {
 			break // the live feed brings the rest, in order
+		}
+		if !st.cl.types.match(ev.Type) {
+			continue
 		}
 		if err := st.w.write(renderEvent(ev)); err != nil {
 			return nil, true, nil
@@ -516,7 +555,9 @@ func (w *sseWriter) flush() error {
 	return w.rc.Flush()
 }
 
-// sseTypes parses ?types=a.b,c.d; nil means every type.
+// sseTypes parses ?types=a.b,c.*; nil means every type. A pattern ends in
+// ".*" and matches every type with that prefix ("task.*": task.created,
+// task.completed, …).
 func sseTypes(q string) ([]string, error) {
 	if strings.TrimSpace(q) == "" {
 		return nil, nil
@@ -527,6 +568,10 @@ func sseTypes(q string) ([]string, error) {
 		t = strings.TrimSpace(t)
 		if t == "" || seen[t] {
 			continue
+		}
+		if strings.Contains(strings.TrimSuffix(t, ".*"), "*") || t == "*" {
+			return nil, invalidInput("invalid_types", "a pattern in types ends in .* after a prefix, e.g. task.*",
+				registry.FieldError{Path: "types", Code: "pattern", Message: "* only as the last segment: task.*"})
 		}
 		seen[t] = true
 		types = append(types, t)

@@ -374,6 +374,33 @@ func TestEventsTypesFilter(t *testing.T) {
 	require.Equal(t, []string{"three"}, first.titles(1))
 }
 
+// A pattern "task.*" follows every event type of the prefix, live and in
+// the replay, and no other (the probe feature's member.created).
+func TestEventsTypePatterns(t *testing.T) {
+	t.Parallel()
+	e := newSSEEnv(t, 0)
+	start(t, feed(t, e))
+	alice := token(t, "alice", tenantA, "User")
+	tasksOnly := openStream(t, e.srv, "/api/events?types=task.*", alice).read()
+
+	e.post("/api/write", alice, `{"type":"member.create","payload":{"email":"m@example.com"}}`)
+	id := e.create(alice, "one")["id"].(string)
+	update(t, e, alice, id, "one'")
+	require.Equal(t, "task.created", tasksOnly.nextEvent().event, "member.created is not a task.* event")
+	require.Equal(t, "task.updated", tasksOnly.nextEvent().event)
+
+	replayed := openStream(t, e.srv, "/api/events?after=0&types=member.created,task.*", alice).read()
+	var got []string
+	for range 3 {
+		got = append(got, replayed.nextEvent().event)
+	}
+	require.Equal(t, []string{"member.created", "task.created", "task.updated"}, got)
+
+	for _, bad := range []string{"*", "task*", "*.created", "task.*.x"} {
+		requireProblem(t, e.do(get("/api/events?types="+bad, alice)), http.StatusBadRequest, "validation_error", "invalid_types")
+	}
+}
+
 // A client that reconnects with Last-Event-ID (or ?after=) gets exactly the
 // events of its tenant it missed, then the live ones, with no duplicates.
 func TestEventsResume(t *testing.T) {
