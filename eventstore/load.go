@@ -76,6 +76,21 @@ func (s *Store) StreamInfo(ctx context.Context, tenant, id uuid.UUID) (StreamInf
 	return translated(s.streamInfo(ctx, s.pool, tenant, id))
 }
 
+// StreamTenant returns the tenant a stream belongs to, looked up across
+// tenants: for operator tools given an aggregate id alone (aggregate ids are
+// unique across tenants). Request paths never use it; they address streams
+// within the caller's tenant. A missing stream answers ErrAggregateNotFound.
+func (s *Store) StreamTenant(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
+	h, err := s.head(ctx, s.pool, id)
+	if err != nil {
+		return uuid.Nil, TranslateError(fmt.Errorf("stream %s: %w", id, err))
+	}
+	if !h.exists {
+		return uuid.Nil, fmt.Errorf("%w: %s", ErrAggregateNotFound, id)
+	}
+	return h.owner, nil
+}
+
 // StreamInfoTx is StreamInfo inside the caller's transaction.
 func (s *Store) StreamInfoTx(ctx context.Context, tx pgx.Tx, tenant, id uuid.UUID) (StreamInfo, error) {
 	return translated(s.streamInfo(ctx, tx, tenant, id))

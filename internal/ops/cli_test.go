@@ -244,7 +244,8 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		fails("aggregate_not_found: no task", "inspect", "task", uuid.NewString(), "--tenant", s.tenant.String())
 		fails("aggregate_not_found: no task", "inspect", "task", s.id.String(), "--tenant", uuid.NewString())
 		fails("aggregate_not_found: no note", "inspect", "note", s.id.String(), "--tenant", s.tenant.String())
-		fails("--tenant is required", "inspect", "task", s.id.String())
+		require.Equal(t, out, ok("inspect", "task", s.id.String()), "without --tenant: the stream's own")
+		fails("aggregate_not_found", "inspect", "task", uuid.NewString())
 		fails("is not a non-nil UUID", "inspect", "task", "x", "--tenant", s.tenant.String())
 	})
 
@@ -266,6 +267,7 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		require.Contains(t, row, "done")
 		fails("not found: no task", "events", "asof", "task", s.id.String(), "2000-01-01T00:00:00Z", "--tenant", s.tenant.String())
 		fails("is not RFC 3339", "events", "asof", "task", s.id.String(), "yesterday", "--tenant", s.tenant.String())
+		require.Equal(t, out, ok("events", "asof", "task", s.id.String(), at), "without --tenant: the aggregate's own")
 
 		// A stream that is no entity: its events up to the time.
 		other := uuid.New()

@@ -425,6 +425,25 @@ func (o *ops) inspect(ctx context.Context, c *conn, out io.Writer, tenant uuid.U
 	return printTimeline(out, tl, o.generic)
 }
 
+// parseLookupTarget is parseTarget with --tenant optional: uuid.Nil means
+// the tenant is the stream's own, which resolveTenant looks up.
+func parseLookupTarget(tenant, id string) (uuid.UUID, uuid.UUID, error) {
+	if tenant == "" {
+		i, err := parseID(id)
+		return uuid.Nil, i, err
+	}
+	return parseTarget(tenant, id)
+}
+
+// resolveTenant is t, or when t is uuid.Nil the tenant the stream id belongs
+// to (an operator knows the id, not always its tenant).
+func resolveTenant(ctx context.Context, c *conn, t, id uuid.UUID) (uuid.UUID, error) {
+	if t != uuid.Nil {
+		return t, nil
+	}
+	return c.store.StreamTenant(ctx, id)
+}
+
 // parseTarget parses the --tenant flag and an aggregate id argument.
 func parseTarget(tenant, id string) (uuid.UUID, uuid.UUID, error) {
 	t, err := parseTenant(tenant)
@@ -489,18 +508,23 @@ func (o *ops) inspectCmd() *cobra.Command {
 		Use:   "inspect <aggregateType> <id>",
 		Short: "Show a stream's events (archived streams included)",
 		Long:  long,
-		Args:  cobra.ExactArgs(2),
+		Example: "  inspect task 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00\n" +
+			"  inspect task 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00 --tenant 0190a000-0000-7000-8000-00000000000a --json",
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, id, err := parseTarget(tenant, args[1])
+			t, id, err := parseLookupTarget(tenant, args[1])
 			if err != nil {
 				return err
 			}
 			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				if t, err = resolveTenant(ctx, c, t, id); err != nil {
+					return err
+				}
 				return o.inspect(ctx, c, out, t, args[0], id, time.Time{})
 			})
 		},
 	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the stream belongs to (required)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the stream belongs to (default: the stream's own, looked up by its id)")
 	return cmd
 }
 
@@ -702,13 +726,14 @@ func followEvents(ctx context.Context, store *eventstore.Store, poll time.Durati
 func (o *ops) asofCmd() *cobra.Command {
 	var tenant string
 	cmd := &cobra.Command{
-		Use:   "asof <aggregateType> <id> <time>",
-		Short: "Show an aggregate as it was at a time (RFC 3339)",
+		Use:     "asof <aggregateType> <id> <time>",
+		Example: "  events asof task 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00 2026-11-24T09:00:00Z",
+		Short:   "Show an aggregate as it was at a time (RFC 3339)",
 		Long: "For an entity: its state at that time, folded from its events through the app's detail query " +
 			"(run as an internal admin user of the tenant). For other aggregate types: the stream's events up to that time.",
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, id, err := parseTarget(tenant, args[1])
+			t, id, err := parseLookupTarget(tenant, args[1])
 			if err != nil {
 				return err
 			}
@@ -717,6 +742,9 @@ func (o *ops) asofCmd() *cobra.Command {
 				return fmt.Errorf("time %q is not RFC 3339 (e.g. 2025-01-31T12:00:00Z)", args[2])
 			}
 			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				if t, err = resolveTenant(ctx, c, t, id); err != nil {
+					return err
+				}
 				if h, ok := detailHandler(c.reg, args[0]); ok {
 					return o.entityAsOf(ctx, c, out, h, t, args[0], id, at)
 				}
@@ -724,7 +752,7 @@ func (o *ops) asofCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the aggregate belongs to (required)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the aggregate belongs to (default: the aggregate's own, looked up by its id)")
 	return cmd
 }
 
