@@ -6,7 +6,10 @@
 // binary (kumiko.Main), which offers these as well.
 //
 // Connection settings come from --database-url and --schema, else
-// DATABASE_URL and KUMIKO_SCHEMA, else the local development server.
+// DATABASE_URL and KUMIKO_SCHEMA, else the development database an app's
+// own binary uses on the local server: kumiko_<app> for --app (or
+// KUMIKO_APP), database kumiko without one. A database that does not exist
+// or a schema without the kumiko tables is explained, not shown as SQL.
 package main
 
 import "github.com/kumiko-go/kumiko/internal/ops"

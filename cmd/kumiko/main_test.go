@@ -162,3 +162,31 @@ func TestGenericBinary(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, string(outB), "is unreachable")
 }
+
+// Pointed at a schema without the kumiko tables, or (without a database
+// URL) at the development database of an app that never ran, a command says
+// so and how to get it right, instead of a bare SQL error.
+func TestGenericBinaryExplainsAWrongDatabase(t *testing.T) {
+	bin := kumikoBinary(t)
+	db := kumikotest.NewDB(t)
+	db.Exec(t, "CREATE SCHEMA empty_"+db.Schema)
+	t.Cleanup(func() { db.Exec(t, "DROP SCHEMA empty_"+db.Schema) })
+	env := append(os.Environ(), "DATABASE_URL=", "KUMIKO_SCHEMA=", "KUMIKO_APP=")
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%s", out)
+		return string(out)
+	}
+	out := run("consumer", "list", "--database-url", db.URL, "--schema", "empty_"+db.Schema)
+	require.Contains(t, out, "schema empty_"+db.Schema+" of database")
+	require.Contains(t, out, "has no kumiko tables")
+	require.Contains(t, out, "run migrate first")
+
+	app := "never_ran_" + db.Schema
+	out = run("consumer", "list", "--app", app)
+	require.Contains(t, out, "database postgres://postgres@127.0.0.1:5432/kumiko_"+app)
+	require.Contains(t, out, "does not exist: start the app once")
+}

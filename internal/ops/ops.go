@@ -2,6 +2,7 @@ package ops
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -56,7 +58,10 @@ func commands(app App) []*cobra.Command {
 	}
 	for _, c := range cmds {
 		f := c.PersistentFlags()
-		f.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL (default: env DATABASE_URL, else the local development server)")
+		f.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL (default: env DATABASE_URL, else the app's development database on the local server)")
+		if o.generic {
+			f.StringVar(&o.appName, "app", "", "the app whose development database to use without a database URL: the one its binary creates, kumiko_<app> (default: env KUMIKO_APP, else database kumiko)")
+		}
 		f.StringVar(&o.schema, "schema", "", "schema holding the kumiko tables (default: env KUMIKO_SCHEMA, else public)")
 		f.BoolVar(&o.json, "json", false, "print JSON for scripts instead of tables")
 	}
@@ -69,6 +74,7 @@ type ops struct {
 	features    []*feature.Feature
 	generic     bool
 	databaseURL string
+	appName     string // the generic binary's --app
 	schema      string
 	json        bool
 }
@@ -91,7 +97,12 @@ func (o *ops) config(ctx context.Context) (Settings, error) {
 	cfg := o.app.resolve(Settings{DatabaseURL: o.databaseURL, Schema: o.schema})
 	if cfg.DatabaseURL == "" {
 		if o.generic {
-			cfg.DatabaseURL = devServerURL
+			// The database the app's own binary would use: both agree.
+			name := o.appName
+			if name == "" {
+				name = cmp.Or(os.Getenv("KUMIKO_APP"), defaultName)
+			}
+			cfg.DatabaseURL = devDatabaseURL(name)
 		} else {
 			cfg.DatabaseURL = devDatabaseURL(cfg.Name)
 			if err := createDevDatabase(ctx, cfg.DatabaseURL); err != nil {
@@ -133,6 +144,11 @@ func (o *ops) open(ctx context.Context) (*conn, error) {
 	cancel()
 	if err != nil {
 		pool.Close()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+			return nil, fmt.Errorf("database %s does not exist: start the app once (its serve or migrate creates "+
+				"its development database) or point --database-url (DATABASE_URL) at the app's database", redactURL(cfg.DatabaseURL))
+		}
 		return nil, fmt.Errorf("database %s is unreachable: %w", redactURL(cfg.DatabaseURL), err)
 	}
 	sc := eventstore.Config{Schema: cfg.Schema, Logger: cfg.Logger}
@@ -162,7 +178,19 @@ func (o *ops) run(cmd *cobra.Command, fn func(ctx context.Context, c *conn, out 
 		return err
 	}
 	defer c.close()
-	return cliError(fn(ctx, c, cmd.OutOrStdout()))
+	return cliError(explainMissingTables(c.cfg, fn(ctx, c, cmd.OutOrStdout())))
+}
+
+// explainMissingTables turns "relation does not exist" into what it almost
+// always means on a terminal: the wrong database or schema, or one never
+// migrated.
+func explainMissingTables(cfg Settings, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42P01" { // undefined_table
+		return err
+	}
+	return fmt.Errorf("schema %s of database %s has no kumiko tables (%s): run migrate first, or point "+
+		"--database-url (DATABASE_URL) and --schema (KUMIKO_SCHEMA) at the app's database", cfg.Schema, redactURL(cfg.DatabaseURL), pgErr.Message)
 }
 
 // cliError turns an error that carries the error contract (Code, Reason,
