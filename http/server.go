@@ -250,6 +250,7 @@ func NewServer(cfg Config, d *pipeline.Executor, store *eventstore.Store) (*Serv
 		cfg: cfg, d: d, store: store, log: cfg.Logger, metrics: m,
 		auth: newAuthenticator(cfg.JWTSecret, cfg.Issuer, cfg.Audience), routes: map[string]bool{},
 	}
+	s.hub.guard = newReadGuard(d.Registry())
 	s.e = s.routeAll()
 	return s, nil
 }

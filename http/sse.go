@@ -54,6 +54,9 @@ const (
 // buffer, and a client whose buffer is full is dropped (its stream ends; it
 // resumes with Last-Event-ID). The zero value is ready to use.
 type sseHub struct {
+	// guard hides the fields each client may not read; set before the
+	// first client subscribes.
+	guard   readGuard
 	mu      sync.Mutex
 	clients map[*sseClient]struct{}
 	// last is the id of the newest event published; seen reports that
@@ -69,6 +72,7 @@ type sseHub struct {
 // sseClient is one open stream.
 type sseClient struct {
 	tenant uuid.UUID
+	user   feature.User
 	types  *typeFilter // nil: every type
 	frames chan sseFrame
 	// gone is closed when the hub drops the client; reason says why.
@@ -111,7 +115,7 @@ var errStreamsClosed = errors.New("event streams are closed")
 // subscribe adds a client of tenant for types (nil: all) and returns it with
 // the hub's position: every event after it reaches the client (unless it is
 // dropped), none before it does.
-func (h *sseHub) subscribe(tenant uuid.UUID, types *typeFilter) (cl *sseClient, last int64, seen bool, err error) {
+func (h *sseHub) subscribe(user feature.User, types *typeFilter) (cl *sseClient, last int64, seen bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -120,7 +124,7 @@ func (h *sseHub) subscribe(tenant uuid.UUID, types *typeFilter) (cl *sseClient, 
 	if h.clients == nil {
 		h.clients = map[*sseClient]struct{}{}
 	}
-	cl = &sseClient{tenant: tenant, types: types, frames: make(chan sseFrame, sseClientBuffer), gone: make(chan struct{})}
+	cl = &sseClient{tenant: user.TenantID, user: user, types: types, frames: make(chan sseFrame, sseClientBuffer), gone: make(chan struct{})}
 	h.clients[cl] = struct{}{}
 	return cl, h.last, h.seen, nil
 }
@@ -152,19 +156,20 @@ func (h *sseHub) publish(ev eventstore.Event) error {
 		return nil
 	}
 	h.last, h.seen = ev.ID, true
-	var (
-		frame sseFrame
-		err   error
-	)
+	frames := map[string]sseFrame{} // by the fields hidden from the client
 	for cl := range h.clients {
 		if !cl.wants(ev) {
 			continue
 		}
-		if frame.raw == nil {
-			if frame.raw, err = renderEvent(ev); err != nil {
+		hidden := h.guard.hidden(ev.Type, cl.user)
+		frame, ok := frames[hiddenKey(hidden)]
+		if !ok {
+			raw, err := renderFor(ev, hidden)
+			if err != nil {
 				return err
 			}
-			frame.id = ev.ID
+			frame = sseFrame{id: ev.ID, raw: raw}
+			frames[hiddenKey(hidden)] = frame
 		}
 		select {
 		case cl.frames <- frame:
@@ -296,7 +301,7 @@ func (s *Server) events(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, position, positioned, err := s.hub.subscribe(u.TenantID, req.filter)
+	cl, position, positioned, err := s.hub.subscribe(u, req.filter)
 	if err != nil {
 		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
 	}
@@ -430,7 +435,7 @@ func (s *Server) replay(st *sseStream, next func() (eventstore.Event, error, boo
 		if !st.cl.types.match(ev.Type) {
 			continue
 		}
-		if err := st.w.write(renderEvent(ev)); err != nil {
+		if err := st.w.write(renderFor(ev, s.hub.guard.hidden(ev.Type, st.cl.user))); err != nil {
 			return nil, true, nil
 		}
 		if !positioned {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
 )
 
@@ -399,6 +400,38 @@ func TestEventsTypePatterns(t *testing.T) {
 	for _, bad := range []string{"*", "task*", "*.created", "task.*.x"} {
 		requireProblem(t, e.do(get("/api/events?types="+bad, alice)), http.StatusBadRequest, "validation_error", "invalid_types")
 	}
+}
+
+// staff has a field only HR may read.
+var staff = feature.Define("staff", func(r *feature.Registrar) {
+	r.Entity("employee", feature.Fields{
+		"name":   feature.Text().Required(),
+		"salary": feature.Number().ReadRoles("HR"),
+	})
+	r.Crud("employee", feature.Access{Write: feature.Roles("HR"), Read: feature.AnyUser()})
+})
+
+// Event frames apply the fields' read rules like detail and list: a caller
+// without the role gets the event without the field, live and in the
+// replay; a caller with it gets the whole payload.
+func TestEventsHideUnreadableFields(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 8, []*feature.Feature{staff})
+	t.Cleanup(e.s.CloseStreams)
+	start(t, feed(t, e))
+	alice, hr := token(t, "alice", tenantA, "User"), token(t, "hanna", tenantA, "User", "HR")
+	plain := openStream(t, e.srv, "/api/events?types=employee.*", alice).read()
+	full := openStream(t, e.srv, "/api/events?types=employee.*", hr).read()
+
+	r := e.post("/api/write", hr, `{"type":"employee.create","payload":{"name":"Bo","salary":5000}}`)
+	require.Equal(t, http.StatusOK, r.status, r.String())
+
+	payload := func(m sseMsg) map[string]any { return m.obj(t)["payload"].(map[string]any) }
+	require.Equal(t, map[string]any{"name": "Bo"}, payload(plain.nextEvent()), "no salary for a user without HR")
+	require.Equal(t, map[string]any{"name": "Bo", "salary": float64(5000)}, payload(full.nextEvent()))
+
+	replayed := openStream(t, e.srv, "/api/events?after=0", alice).read()
+	require.Equal(t, map[string]any{"name": "Bo"}, payload(replayed.nextEvent()), "the replay hides it too")
 }
 
 // A client that reconnects with Last-Event-ID (or ?after=) gets exactly the
