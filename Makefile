@@ -1,6 +1,6 @@
 # kumiko-go — run `make help` for the targets.
 GO            ?= go
-GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+GOLANGCI_LINT ?= $(GO) tool golangci-lint
 TEST_FLAGS    ?= -count=1 -timeout 15m
 BENCH_FLAGS   ?=
 
@@ -28,7 +28,7 @@ bench: services ## Measure the framework next to raw pgx baselines (ratios)
 	$(GO) run ./internal/bench $(BENCH_FLAGS)
 
 .PHONY: lint
-lint: ## gofmt, go vet and golangci-lint (pinned)
+lint: ## gofmt, go vet and golangci-lint (pinned by the tool directive in go.mod)
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo "gofmt: the files above need formatting" && exit 1)
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...

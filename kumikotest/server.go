@@ -124,7 +124,7 @@ func (c *Client) call(path, typ string, payload any) Response {
 // Do sends one request with the client's token; a body is sent as JSON.
 func (c *Client) Do(method, path string, body []byte) Response {
 	c.t.Helper()
-	req, err := nethttp.NewRequest(method, c.base+path, bytes.NewReader(body))
+	req, err := nethttp.NewRequestWithContext(c.t.Context(), method, c.base+path, bytes.NewReader(body))
 	if err != nil {
 		c.t.Fatalf("kumikotest: %v", err)
 	}
@@ -141,7 +141,7 @@ func (c *Client) Do(method, path string, body []byte) Response {
 	if err != nil {
 		c.t.Fatalf("kumikotest: %s %s: %v", method, path, err)
 	}
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
 		c.t.Fatalf("kumikotest: %s %s: %v", method, path, err)
