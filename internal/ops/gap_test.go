@@ -60,7 +60,7 @@ func TestConsumerCLIShowsGapWait(t *testing.T) {
 
 	out := ok("consumer", "list")
 	require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+LIVENESS\s+STATUS\s+CURSOR\s+HEAD\s+LAG\s+LAG\(s\)\s+GAP WAIT\(s\)\s+GAP BACKENDS\s+ATTEMPTS`, out)
-	require.Regexp(t, fmt.Sprintf(`(?m)^watcher\s+__shared__\s+-\s+idle\s+0\s+\d+\s+1\s+[\d.]+\s+[\d.]+\s+%d\s+0\s`, pid), out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^watcher\s+__shared__\s+-\s+catching_up\s+0\s+\d+\s+1\s+[\d.]+\s+[\d.]+\s+%d\s+0\s`, pid), out)
 	require.Regexp(t, fmt.Sprintf(`(?m)^watcher\s.*\s%d\s+0\s`, pid), ok("consumer", "status", "watcher"))
 
 	require.NoError(t, writer.Rollback(ctx))
