@@ -1,0 +1,152 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+)
+
+// Options are the per-enqueue settings. The zero value runs the job as
+// soon as a worker is free, in the system tenant.
+type Options struct {
+	// RunAt delays the job until this time (a task's due time).
+	RunAt time.Time
+	// Cause is who the job runs for.
+	Cause Cause
+}
+
+// Enqueued is the outcome of an enqueue.
+type Enqueued struct {
+	// ID is River's job id.
+	ID int64
+	// Duplicate is set when a unique job already existed; ID is then the
+	// existing job's.
+	Duplicate bool
+}
+
+// EnqueueTx enqueues job name in tx: the job exists only if tx commits.
+// args must encode to a JSON object (nil: {}).
+func (r *Runner) EnqueueTx(ctx context.Context, tx pgx.Tx, name string, args any, o Options) (Enqueued, error) {
+	env, opts, err := r.prepare(name, args, o)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	res, err := r.client.InsertTx(ctx, tx, env, opts)
+	if err != nil {
+		return Enqueued{}, fmt.Errorf("jobs: enqueue %s: %w", name, err)
+	}
+	return Enqueued{ID: res.Job.ID, Duplicate: res.UniqueSkippedAsDuplicate}, nil
+}
+
+// Enqueue enqueues job name in a transaction of its own (a run by hand).
+func (r *Runner) Enqueue(ctx context.Context, name string, args any, o Options) (Enqueued, error) {
+	var out Enqueued
+	err := pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) error {
+		var err error
+		out, err = r.EnqueueTx(ctx, tx, name, args, o)
+		return err
+	})
+	return out, err
+}
+
+func (r *Runner) prepare(name string, args any, o Options) (envelope, *river.InsertOpts, error) {
+	j, ok := r.jobs[name]
+	if !ok {
+		return envelope{}, nil, fmt.Errorf("%w %q", ErrUnknownJob, name)
+	}
+	raw, err := encodeArgs(args)
+	if err != nil {
+		return envelope{}, nil, fmt.Errorf("jobs: enqueue %s: %w", name, err)
+	}
+	if o.Cause.TenantID == [16]byte{} {
+		o.Cause.TenantID = eventstore.SystemTenant
+	}
+	return envelope{kind: name, Args: raw, Cause: o.Cause}, r.insertOpts(j, o), nil
+}
+
+func encodeArgs(args any) (json.RawMessage, error) {
+	if args == nil {
+		return json.RawMessage(`{}`), nil
+	}
+	raw, ok := args.(json.RawMessage)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(args); err != nil {
+			return nil, fmt.Errorf("args: %w", err)
+		}
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, fmt.Errorf("args must be a JSON object, got %.40s", raw)
+	}
+	return raw, nil
+}
+
+func (r *Runner) insertOpts(j Job, o Options) *river.InsertOpts {
+	opts := &river.InsertOpts{MaxAttempts: j.MaxAttempts, ScheduledAt: o.RunAt}
+	if j.UniqueFor > 0 {
+		opts.UniqueOpts = river.UniqueOpts{ByArgs: true, ByPeriod: j.UniqueFor}
+	}
+	return opts
+}
+
+// ConsumerName is the name of the shared consumer that enqueues the
+// event-triggered jobs.
+const ConsumerName = "jobs"
+
+// Consumer returns the shared consumer that enqueues every job whose On
+// names an event's type, in the pass transaction: the jobs commit with the
+// consumer's cursor, so each matching committed event enqueues each of its
+// jobs exactly once. ok is false when no job is triggered by events.
+func (r *Runner) Consumer() (c consumer.Consumer, ok bool) {
+	byType := map[string][]Job{}
+	var types []string
+	for _, j := range r.jobs {
+		for _, t := range j.On {
+			if len(byType[t]) == 0 {
+				types = append(types, t)
+			}
+			byType[t] = append(byType[t], j)
+		}
+	}
+	if len(types) == 0 {
+		return consumer.Consumer{}, false
+	}
+	return consumer.Consumer{
+		Name:     ConsumerName,
+		Delivery: feature.Shared,
+		Types:    types,
+		HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+			var params []river.InsertManyParams
+			for _, ev := range evs {
+				for _, j := range byType[ev.Type] {
+					params = append(params, river.InsertManyParams{Args: eventEnvelope(j, ev), InsertOpts: r.insertOpts(j, Options{})})
+				}
+			}
+			if len(params) == 0 {
+				return nil
+			}
+			_, err := r.client.InsertManyTx(ctx, tx, params)
+			return err
+		},
+	}, true
+}
+
+// eventEnvelope is the job j caused by ev: its args are the event's payload,
+// it runs as the event's user in the event's tenant.
+func eventEnvelope(j Job, ev eventstore.Event) envelope {
+	return envelope{kind: j.Name, Args: ev.Payload, Event: ev.ID, Cause: Cause{
+		TenantID:      ev.TenantID,
+		UserID:        ev.Metadata.UserID,
+		CorrelationID: ev.Metadata.CorrelationID,
+		CausationID:   strconv.FormatInt(ev.ID, 10),
+	}}
+}

@@ -1,0 +1,288 @@
+// Package jobs runs background work on River, in the application's own
+// PostgreSQL database and pool: a reminder at a task's due time, a nightly
+// digest, a webhook retried until the receiver answers.
+//
+// A Job is triggered
+//   - by events: the shared consumer of Runner.Consumer inserts one River job
+//     per matching committed event in its pass transaction, so each event
+//     enqueues exactly once, gap-safe like every consumer;
+//   - by a schedule: a cron expression, enqueued by the elected leader;
+//   - by a write: EnqueueTx in the write's transaction, so the job exists
+//     only if the write commits;
+//   - at a time: Options.RunAt;
+//   - by hand: Enqueue (the CLI's `job run`).
+//
+// Failing jobs are retried with exponential backoff and jitter up to their
+// MaxAttempts and then discarded; a job runs with the Cause it was enqueued
+// with (tenant, user, correlation and causation ids). River's tables are
+// created by Migrate.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/robfig/cron/v3"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+)
+
+// Job is one kind of background work.
+type Job struct {
+	// Name identifies the job (River's kind): lowercase, dotted or dashed,
+	// unique in the app.
+	Name string
+	// Work does the job. Its error fails the attempt; the job is retried
+	// until MaxAttempts. Wrap an error with river.JobCancel to stop retrying.
+	Work func(ctx context.Context, run Run) error
+	// On names the event types that enqueue the job; the event's payload is
+	// the job's Args.
+	On []string
+	// Schedule is a cron expression (five fields, or @daily, @every 1h…)
+	// on which the job is enqueued with no args in the system tenant.
+	Schedule string
+	// MaxAttempts before the job is discarded; default Config.MaxAttempts.
+	MaxAttempts int
+	// UniqueFor, when positive, makes a job with the same args and cause a
+	// no-op while another one is pending, running or retrying, or finished
+	// less than UniqueFor ago.
+	UniqueFor time.Duration
+	// Timeout bounds one attempt; default one minute.
+	Timeout time.Duration
+}
+
+var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_.-]*[a-z0-9]$`)
+
+// Cause is who and what a job runs for: the job acts as this user in this
+// tenant, and events it appends carry the correlation and causation ids.
+type Cause struct {
+	TenantID uuid.UUID `json:"tenantId"`
+	UserID   string    `json:"userId,omitempty"`
+	// CorrelationID is inherited from the request or event that caused the
+	// job.
+	CorrelationID string `json:"correlationId,omitempty"`
+	// CausationID is the id of the causing event, or the request id.
+	CausationID string `json:"causationId,omitempty"`
+}
+
+// Run is one attempt of a job.
+type Run struct {
+	// ID is River's job id.
+	ID   int64
+	Name string
+	// Args is the job's argument object as enqueued (for event-triggered
+	// jobs, the event's payload).
+	Args json.RawMessage
+	// Attempt counts from 1.
+	Attempt int
+	// ScheduledAt is when this attempt was due: the enqueue time, RunAt,
+	// or the failed attempt's time plus the backoff.
+	ScheduledAt time.Time
+	Cause       Cause
+	// Event is the triggering event's id; 0 for jobs not caused by one.
+	Event int64
+}
+
+// envelope is the River job args of every kumiko job; its kind is the job's
+// name.
+type envelope struct {
+	kind  string
+	Args  json.RawMessage `json:"args"`
+	Cause Cause           `json:"cause"`
+	Event int64           `json:"event,omitempty"`
+}
+
+func (e envelope) Kind() string { return e.kind }
+
+// Config configures a Runner. The zero value is usable.
+type Config struct {
+	// Logger receives River's logs and failed attempts; default slog.Default().
+	Logger *slog.Logger
+	// Workers is how many jobs one process runs at once; default 10.
+	Workers int
+	// MaxAttempts is the default of Job.MaxAttempts; default 10.
+	MaxAttempts int
+	// Backoff is the delay before retry n (n ≥ 1), before jitter; default
+	// one second doubled per attempt, at most an hour. Each delay is
+	// spread by ±25 % so failures of many jobs do not retry in step.
+	Backoff func(attempt int) time.Duration
+	// PollInterval is the fallback fetch interval when no notification
+	// arrives; default one second.
+	PollInterval time.Duration
+	// Metrics, when set, gets the job metrics.
+	Metrics prometheus.Registerer
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Workers == 0 {
+		c.Workers = 10
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.Backoff == nil {
+		c.Backoff = func(n int) time.Duration { return min(time.Second<<min(n-1, 12), time.Hour) }
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Workers < 0:
+		return fmt.Errorf("jobs: Config.Workers is negative (%d)", c.Workers)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("jobs: Config.MaxAttempts is negative (%d)", c.MaxAttempts)
+	case c.PollInterval < 0:
+		return fmt.Errorf("jobs: Config.PollInterval is negative (%s)", c.PollInterval)
+	}
+	return nil
+}
+
+// Runner enqueues and runs the jobs of an application on River. Build it
+// with New; Start works jobs, while an unstarted Runner still enqueues and
+// manages them (the CLI).
+type Runner struct {
+	client *river.Client[pgx.Tx]
+	jobs   map[string]Job
+	cfg    Config
+	store  *eventstore.Store
+}
+
+// ErrUnknownJob is returned for a job name no Job of the Runner has.
+var ErrUnknownJob = errors.New("jobs: unknown job")
+
+// New builds a Runner for jobs on store's pool and schema. River's tables
+// must exist there (Migrate).
+func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Runner{jobs: make(map[string]Job, len(jobs)), cfg: cfg, store: store}
+	workers := river.NewWorkers()
+	var periodic []*river.PeriodicJob
+	for _, j := range jobs {
+		if err := j.validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := r.jobs[j.Name]; dup {
+			return nil, fmt.Errorf("jobs: job %q is declared twice", j.Name)
+		}
+		r.jobs[j.Name] = j
+		// One Go args type serves every job; its kind is the job's name.
+		river.AddWorkerArgs(workers, envelope{kind: j.Name}, &worker{job: j})
+		if j.Schedule != "" {
+			sched, _ := cron.ParseStandard(j.Schedule) // checked by validate
+			periodic = append(periodic, river.NewPeriodicJob(sched, func() (river.JobArgs, *river.InsertOpts) {
+				return envelope{kind: j.Name, Args: json.RawMessage(`{}`), Cause: Cause{TenantID: eventstore.SystemTenant}}, r.insertOpts(j, Options{})
+			}, &river.PeriodicJobOpts{ID: j.Name}))
+		}
+	}
+	var err error
+	r.client, err = river.NewClient(riverpgxv5.New(store.Pool()), &river.Config{
+		Schema:            store.Schema(),
+		Logger:            cfg.Logger,
+		Workers:           workers,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		PeriodicJobs:      periodic,
+		MaxAttempts:       cfg.MaxAttempts,
+		RetryPolicy:       backoff(cfg.Backoff),
+		FetchPollInterval: cfg.PollInterval,
+		FetchCooldown:     min(cfg.PollInterval, 50*time.Millisecond),
+		WorkerMiddleware:  metricsMiddleware(cfg.Metrics),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
+	}
+	return r, nil
+}
+
+func (j Job) validate() error {
+	switch {
+	case !namePattern.MatchString(j.Name):
+		return fmt.Errorf("jobs: job name %q: want lowercase letters, digits, '.', '_' or '-'", j.Name)
+	case j.Work == nil:
+		return fmt.Errorf("jobs: job %q has no Work", j.Name)
+	case j.MaxAttempts < 0:
+		return fmt.Errorf("jobs: job %q: MaxAttempts is negative", j.Name)
+	}
+	if j.Schedule != "" {
+		if _, err := cron.ParseStandard(j.Schedule); err != nil {
+			return fmt.Errorf("jobs: job %q: schedule %q: %w", j.Name, j.Schedule, err)
+		}
+	}
+	return nil
+}
+
+// Start works jobs until Stop; the elected leader also enqueues scheduled
+// jobs.
+func (r *Runner) Start(ctx context.Context) error {
+	if err := r.client.Start(ctx); err != nil {
+		return fmt.Errorf("jobs: start: %w", err)
+	}
+	return nil
+}
+
+// Stop stops fetching jobs and waits for running ones until ctx ends, then
+// cancels them.
+func (r *Runner) Stop(ctx context.Context) error {
+	err := r.client.Stop(ctx)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		err = r.client.StopAndCancel(context.WithoutCancel(ctx))
+	}
+	if err != nil {
+		return fmt.Errorf("jobs: stop: %w", err)
+	}
+	return nil
+}
+
+// Names are the names of the Runner's jobs.
+func (r *Runner) Names() []string {
+	out := make([]string, 0, len(r.jobs))
+	for n := range r.jobs {
+		out = append(out, n)
+	}
+	return out
+}
+
+// worker runs one Job for River.
+type worker struct {
+	river.WorkerDefaults[envelope]
+	job Job
+}
+
+func (w *worker) Work(ctx context.Context, j *river.Job[envelope]) error {
+	return w.job.Work(ctx, Run{ID: j.ID, Name: j.Kind, Args: j.Args.Args, Attempt: j.Attempt, ScheduledAt: j.ScheduledAt, Cause: j.Args.Cause, Event: j.Args.Event})
+}
+
+func (w *worker) Timeout(*river.Job[envelope]) time.Duration { return w.job.Timeout }
+
+// backoffPolicy is River's retry policy on Config.Backoff, with jitter.
+type backoffPolicy struct{ delay func(int) time.Duration }
+
+func backoff(delay func(int) time.Duration) river.ClientRetryPolicy { return backoffPolicy{delay} }
+
+func (p backoffPolicy) NextRetry(job *rivertype.JobRow) time.Time {
+	d := p.delay(max(job.Attempt, 1))
+	jitter := time.Duration((rand.Float64() - 0.5) * 0.5 * float64(d))
+	return time.Now().Add(d + jitter)
+}

@@ -1,0 +1,332 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/jobs"
+	"github.com/kumiko-go/kumiko/kumikotest"
+)
+
+var tenantA = uuid.MustParse("0190a000-0000-7000-8000-00000000000a")
+
+// newRunner migrates River's tables into db and builds a runner; start
+// works jobs until the test ends.
+func newRunner(t *testing.T, db *kumikotest.DB, cfg jobs.Config, start bool, js ...jobs.Job) *jobs.Runner {
+	t.Helper()
+	_, err := jobs.Migrate(t.Context(), db.Store)
+	require.NoError(t, err)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	r, err := jobs.New(db.Store, cfg, js...)
+	require.NoError(t, err)
+	if start {
+		require.NoError(t, r.Start(t.Context()))
+		t.Cleanup(func() { require.NoError(t, r.Stop(context.Background())) })
+	}
+	return r
+}
+
+func noop(context.Context, jobs.Run) error { return nil }
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	var wg sync.WaitGroup
+	applied := make([][]int, 3)
+	for i := range applied {
+		wg.Go(func() {
+			var err error
+			applied[i], err = jobs.Migrate(t.Context(), db.Store)
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	var all []int
+	for _, a := range applied {
+		all = append(all, a...)
+	}
+	require.NotEmpty(t, all, "one of the concurrent migrations applied River's versions")
+	require.Len(t, all, len(applied[0])+len(applied[1])+len(applied[2]))
+	seen := map[int]bool{}
+	for _, v := range all {
+		require.False(t, seen[v], "version %d was applied twice", v)
+		seen[v] = true
+	}
+	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'river_job'", db.Schema),
+		"River's tables live in the app's schema")
+}
+
+func TestJobValidation(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	for _, tc := range []struct {
+		job  jobs.Job
+		want string
+	}{
+		{jobs.Job{Name: "Bad Name", Work: noop}, "lowercase"},
+		{jobs.Job{Name: "no-work"}, "no Work"},
+		{jobs.Job{Name: "bad-cron", Work: noop, Schedule: "every day"}, "schedule"},
+	} {
+		_, err := jobs.New(db.Store, jobs.Config{}, tc.job)
+		require.ErrorContains(t, err, tc.want)
+	}
+	_, err := jobs.New(db.Store, jobs.Config{}, jobs.Job{Name: "twice", Work: noop}, jobs.Job{Name: "twice", Work: noop})
+	require.ErrorContains(t, err, "twice")
+}
+
+// A job enqueued in a write transaction exists only if the write commits,
+// and runs with the cause it was enqueued with.
+func TestEnqueueTxFollowsTheWrite(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ran := make(chan jobs.Run, 4)
+	r := newRunner(t, db, jobs.Config{}, true, jobs.Job{Name: "remind", Work: func(_ context.Context, run jobs.Run) error {
+		ran <- run
+		return nil
+	}})
+	cause := jobs.Cause{TenantID: tenantA, UserID: "ann", CorrelationID: "corr-1", CausationID: "req-1"}
+
+	tx, err := db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = r.EnqueueTx(t.Context(), tx, "remind", map[string]any{"n": 1}, jobs.Options{Cause: cause})
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(t.Context()))
+	require.Equal(t, 0, db.Count(t, "SELECT count(*) FROM river_job"), "a rolled-back write enqueues nothing")
+
+	var id int64
+	require.NoError(t, pgx.BeginFunc(t.Context(), db.Pool, func(tx pgx.Tx) error {
+		e, err := r.EnqueueTx(t.Context(), tx, "remind", map[string]any{"n": 2}, jobs.Options{Cause: cause})
+		id = e.ID
+		return err
+	}))
+	run := receive(t, ran)
+	require.Equal(t, id, run.ID)
+	require.JSONEq(t, `{"n":2}`, string(run.Args))
+	require.Equal(t, cause, run.Cause, "the job runs as the user and tenant that caused it")
+	require.Equal(t, 1, run.Attempt)
+
+	_, err = r.Enqueue(t.Context(), "nope", nil, jobs.Options{})
+	require.ErrorIs(t, err, jobs.ErrUnknownJob)
+	_, err = r.Enqueue(t.Context(), "remind", []int{1}, jobs.Options{})
+	require.ErrorContains(t, err, "JSON object")
+}
+
+// RunAt delays a job: it does not run before its time.
+func TestRunAt(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ran := make(chan jobs.Run, 1)
+	r := newRunner(t, db, jobs.Config{}, true, jobs.Job{Name: "due", Work: func(_ context.Context, run jobs.Run) error {
+		ran <- run
+		return nil
+	}})
+	at := time.Now().Add(300 * time.Millisecond)
+	_, err := r.Enqueue(t.Context(), "due", nil, jobs.Options{RunAt: at})
+	require.NoError(t, err)
+	run := receive(t, ran)
+	require.False(t, time.Now().Before(at), "the job ran before its RunAt")
+	require.WithinDuration(t, at, run.ScheduledAt, time.Millisecond)
+}
+
+// A unique job enqueued twice while the first is pending is one job.
+func TestUniqueJob(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	r := newRunner(t, db, jobs.Config{}, false, jobs.Job{Name: "digest", Work: noop, UniqueFor: time.Hour})
+	first, err := r.Enqueue(t.Context(), "digest", map[string]any{"day": "2026-11-30"}, jobs.Options{})
+	require.NoError(t, err)
+	second, err := r.Enqueue(t.Context(), "digest", map[string]any{"day": "2026-11-30"}, jobs.Options{})
+	require.NoError(t, err)
+	require.True(t, second.Duplicate)
+	require.Equal(t, first.ID, second.ID)
+	other, err := r.Enqueue(t.Context(), "digest", map[string]any{"day": "2026-12-01"}, jobs.Options{})
+	require.NoError(t, err)
+	require.False(t, other.Duplicate, "other args are another job")
+}
+
+// A failing job is retried with growing delays and discarded after
+// MaxAttempts; the operator sees every attempt's error, can retry it and
+// can cancel a pending one.
+func TestFailingJobRetriesThenDiscards(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	var mu sync.Mutex
+	var runs []jobs.Run
+	r := newRunner(t, db, jobs.Config{Backoff: func(n int) time.Duration { return 40 * time.Millisecond << (n - 1) }, PollInterval: 20 * time.Millisecond}, true,
+		jobs.Job{Name: "webhook", MaxAttempts: 4, Work: func(_ context.Context, run jobs.Run) error {
+			mu.Lock()
+			runs = append(runs, run)
+			mu.Unlock()
+			return fmt.Errorf("receiver answered 503 (attempt %d)", run.Attempt)
+		}})
+	e, err := r.Enqueue(t.Context(), "webhook", nil, jobs.Options{})
+	require.NoError(t, err)
+	in := waitState(t, r, e.ID, "discarded")
+	require.Equal(t, 4, in.Attempt)
+	require.Len(t, in.Errors, 4)
+	require.Equal(t, "receiver answered 503 (attempt 4)", in.Errors[3].Error)
+	mu.Lock()
+	require.Len(t, runs, 4)
+	var prev time.Duration
+	for i := 1; i < len(runs); i++ {
+		delay := runs[i].ScheduledAt.Sub(in.Errors[i-1].At)
+		require.Greater(t, delay, prev, "the delay before attempt %d grows", i+1)
+		prev = delay
+	}
+	mu.Unlock()
+
+	list, err := r.List(t.Context(), jobs.ListParams{Name: "webhook", States: []string{"discarded"}})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+
+	_, err = r.Retry(t.Context(), e.ID)
+	require.NoError(t, err)
+	waitState(t, r, e.ID, "discarded") // fails once more, out of attempts
+
+	later, err := r.Enqueue(t.Context(), "webhook", nil, jobs.Options{RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	in, err = r.Cancel(t.Context(), later.ID)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", in.State)
+	_, err = r.Get(t.Context(), 1<<40)
+	require.ErrorIs(t, err, jobs.ErrNotFound)
+}
+
+func waitState(t *testing.T, r *jobs.Runner, id int64, state string) jobs.Info {
+	t.Helper()
+	var in jobs.Info
+	require.Eventually(t, func() bool {
+		var err error
+		in, err = r.Get(t.Context(), id)
+		require.NoError(t, err)
+		return in.State == state
+	}, 30*time.Second, 10*time.Millisecond, "job %d never reached %s", id, state)
+	return in
+}
+
+func receive[T any](t *testing.T, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing arrived")
+		var zero T
+		return zero
+	}
+}
+
+// appendBurst appends n events of type thing.made in streams of 100.
+func appendBurst(t *testing.T, store *eventstore.Store, n int) {
+	t.Helper()
+	for done := 0; done < n; done += 100 {
+		evs := make([]eventstore.NewEvent, min(100, n-done))
+		for i := range evs {
+			evs[i] = eventstore.NewEvent{Type: "thing.made", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, done+i)),
+				Metadata: eventstore.Metadata{UserID: "ann", CorrelationID: "burst"}}
+		}
+		_, err := store.Append(context.Background(), eventstore.Stream{TenantID: tenantA, AggregateType: "thing"}, 0, evs...)
+		require.NoError(t, err)
+	}
+}
+
+func eventJob() jobs.Job { return jobs.Job{Name: "on-made", On: []string{"thing.made"}, Work: noop} }
+
+// requireOneJobPerEvent checks that every thing.made event enqueued exactly
+// one job, caused by it.
+func requireOneJobPerEvent(t *testing.T, db *kumikotest.DB, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return db.Count(t, "SELECT count(*) FROM river_job") >= n }, 60*time.Second, 20*time.Millisecond)
+	require.Equal(t, n, db.Count(t, "SELECT count(*) FROM river_job"), "one job per event, no more")
+	require.Equal(t, n, db.Count(t, `SELECT count(DISTINCT (args->>'event')::bigint) FROM river_job j JOIN kumiko_events e ON e.id = (j.args->>'event')::bigint
+		WHERE e.type = 'thing.made' AND j.args->'args' = e.payload AND j.args->'cause'->>'userId' = 'ann' AND j.args->'cause'->>'correlationId' = 'burst'`),
+		"each job carries its event's payload and cause")
+}
+
+// Four dispatchers and a burst of 10,000 matching events give exactly
+// 10,000 jobs.
+func TestEventBurstEnqueuesOncePerEvent(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t, kumikotest.MaxConns(12))
+	const n = 10_000
+	for i := range 4 {
+		r := newRunner(t, db, jobs.Config{}, false, eventJob())
+		c, ok := r.Consumer()
+		require.True(t, ok)
+		d, err := consumer.New(db.Store, consumer.Config{InstanceID: fmt.Sprintf("d%d", i), PollInterval: 20 * time.Millisecond}, c)
+		require.NoError(t, err)
+		require.NoError(t, d.Start(t.Context()))
+		t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+	}
+	appendBurst(t, db.Store, n)
+	requireOneJobPerEvent(t, db, n)
+}
+
+// A rolled-back write's events never reach the trigger: only committed
+// events enqueue.
+func TestRolledBackEventsEnqueueNothing(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	r := newRunner(t, db, jobs.Config{}, false, eventJob())
+	c, _ := r.Consumer()
+	d, err := consumer.New(db.Store, consumer.Config{InstanceID: "d", PollInterval: 20 * time.Millisecond}, c)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+	rollback := errors.New("rollback")
+	err = pgx.BeginFunc(t.Context(), db.Pool, func(tx pgx.Tx) error {
+		_, err := db.Store.AppendTx(t.Context(), tx, eventstore.Stream{TenantID: tenantA, AggregateType: "thing"}, 0,
+			eventstore.NewEvent{Type: "thing.made", Payload: json.RawMessage(`{"n":-1}`)})
+		require.NoError(t, err)
+		return rollback
+	})
+	require.ErrorIs(t, err, rollback)
+	appendBurst(t, db.Store, 3)
+	requireOneJobPerEvent(t, db, 3)
+}
+
+// A pass that fails after the trigger inserted its jobs (as a crash before
+// the commit would) leaves no job behind: the inserts are part of the pass
+// transaction, and the retried pass enqueues each event's job once.
+func TestFailedPassEnqueuesNothing(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	r := newRunner(t, db, jobs.Config{}, false, eventJob())
+	c, _ := r.Consumer()
+	insert := c.HandleBatch
+	var failed atomic.Bool
+	c.HandleBatch = func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+		if err := insert(ctx, tx, evs); err != nil {
+			return err
+		}
+		if failed.CompareAndSwap(false, true) {
+			return errors.New("crash after the insert")
+		}
+		return nil
+	}
+	appendBurst(t, db.Store, 50)
+	d, err := consumer.New(db.Store, consumer.Config{InstanceID: "d", PollInterval: 20 * time.Millisecond}, c)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+	requireOneJobPerEvent(t, db, 50)
+	require.True(t, failed.Load())
+}
