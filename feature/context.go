@@ -84,6 +84,11 @@ type CommandContext interface {
 
 	// Publish publishes an integration event; see [Registrar.IntegrationEvent].
 	Publish(event string, payload any) error
+	// Enqueue enqueues the job called job (declared with Registrar.Job) in
+	// the request transaction: it exists only if the write commits. It runs
+	// at runAt (zero: at once) as the caller, in the caller's tenant, with
+	// the request's correlation id.
+	Enqueue(job string, args any, runAt time.Time) error
 }
 
 // LoadOptions bound an aggregate load. The zero value loads the current

@@ -105,6 +105,10 @@ func (f *Feature) Spec() spec.Definitions {
 	}
 	d.Contracts = slices.Clone(f.defs.Contracts)
 	d.IntegrationHandlers = slices.Clone(f.defs.IntegrationHandlers)
+	for _, j := range f.defs.Jobs {
+		j.On = slices.Clone(j.On)
+		d.Jobs = append(d.Jobs, j)
+	}
 	d.Problems = slices.Clone(f.defs.Problems)
 	return d
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/kumiko-go/kumiko/idempotency"
 	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/internal/migrations"
+	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -133,6 +134,7 @@ func (a *App) wire() error {
 	}
 	if p.Executor, err = pipeline.New(p.Registry, p.Store, pipeline.Config{
 		Logger: cfg.Logger, Metrics: p.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
+		Jobs: jobs.Config{Logger: cfg.Logger, Metrics: p.Metrics},
 	}); err != nil {
 		return err
 	}
@@ -219,6 +221,9 @@ func (a *App) steps() []step {
 	}
 	steps = append(steps, step{start: p.Integration.Start, stop: p.Integration.Stop},
 		step{start: p.Events.Start, stop: p.Events.Stop})
+	if r := p.Executor.Jobs(); r != nil {
+		steps = append(steps, step{start: r.Start, stop: r.Stop})
+	}
 	if cfg.MetricsAddr != "" {
 		steps = append(steps, metricsListener(cfg, p.Metrics, &a.metrics))
 	}

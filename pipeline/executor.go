@@ -19,6 +19,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
+	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -42,6 +43,8 @@ type Config struct {
 	// cancelled in the database and it fails with unavailable (reason
 	// as_of_timeout). Default 5s; negative: no bound.
 	AsOfTimeout time.Duration
+	// Jobs configures the runner of the registry's jobs (see Executor.Jobs).
+	Jobs jobs.Config
 }
 
 // Defaults of Config.
@@ -67,6 +70,8 @@ type Executor struct {
 	// asOfSlots holds a token per running as-of list; nil: no bound.
 	asOfSlots   chan struct{}
 	asOfTimeout time.Duration
+	// jobs runs the registry's jobs; nil when there are none.
+	jobs *jobs.Runner
 }
 
 // New returns an executor for the registry's features on store. The store
@@ -98,6 +103,9 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	}
 	for _, e := range reg.Entities() {
 		d.entities[e.Name()] = newEntityTable(d.schema, e)
+	}
+	if d.jobs, err = d.newJobs(cfg.Jobs); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

@@ -12,12 +12,17 @@ import (
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// Consumers returns a consumer for every multi-stream projection of the
-// registry, to run on a consumer.Executor. Each applies its events inside the
+// Consumers returns the jobs' event trigger (see jobs.Runner.Consumer) and a
+// consumer for every multi-stream projection of the registry, to run on a consumer.Executor. Each applies its events inside the
 // pass transaction (a table-backed projection's rows commit with the cursor)
 // and sees them upcast, as every read does.
 func (d *Executor) Consumers() []consumer.Consumer {
 	var out []consumer.Consumer
+	if d.jobs != nil {
+		if c, ok := d.jobs.Consumer(); ok {
+			out = append(out, c)
+		}
+	}
 	for _, m := range d.reg.MSPs() {
 		table := ""
 		if t, ok := m.Table(); ok {

@@ -72,6 +72,7 @@ func newBuilder() *builder {
 			events:      map[string]*eventInfo{},
 			projections: map[string]*Projection{},
 			msps:        map[string]*MSP{},
+			jobs:        map[string]*Job{},
 			bySource:    map[string][]*Projection{},
 			emits:       map[string]map[string]bool{},
 			payloads:    map[string]*codec.Payload{},
@@ -156,6 +157,9 @@ func (b *builder) build(features []*feature.Feature) {
 		}
 		for _, m := range d.MSPs {
 			b.msp(d.Name, m.(feature.MultiStreamProjection))
+		}
+		for _, j := range d.Jobs {
+			b.job(d.Name, j)
 		}
 	}
 	for _, d := range b.defs {

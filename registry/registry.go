@@ -22,6 +22,8 @@ type Registry struct {
 	events      map[string]*eventInfo
 	projections map[string]*Projection
 	msps        map[string]*MSP
+	jobs        map[string]*Job
+	jobOrder    []*Job
 	projOrder   []*Projection
 	mspOrder    []*MSP
 	bySource    map[string][]*Projection

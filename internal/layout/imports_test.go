@@ -22,6 +22,11 @@ var forbidden = map[string][]string{
 	"pipeline":   {"http", "kumiko", "cli", "internal/ops"},
 	// Integration events sit on the executor; the facade wires them.
 	"integration": {"http", "kumiko", "cli", "internal/ops"},
+	// Jobs know the dispatcher and the event store; the executor turns the
+	// registry's jobs into jobs.Job values and runs their handlers.
+	"jobs": {"pipeline", "registry", "http", "kumiko", "cli", "internal/ops"},
+	// Locks stand on their own.
+	"lock": {"feature", "registry", "eventstore", "consumer", "pipeline", "jobs", "http", "kumiko", "cli", "internal/ops"},
 }
 
 func TestPackagesImportOnlyDownwards(t *testing.T) {

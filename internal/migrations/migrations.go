@@ -9,21 +9,22 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/integration"
+	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // Applied names the versions of one owner's migrations that All applied.
 type Applied struct {
 	// Owner is the package that owns the tables: "eventstore", "consumer",
-	// "pipeline" or "integration".
+	// "pipeline", "integration" or "jobs" (River's tables, by River's migrator).
 	Owner string
 	// Versions are the versions applied, in order.
 	Versions []int
 }
 
 // All applies the migrations of the event store and of the packages that own
-// tables next to it, in order — eventstore, consumer, pipeline, integration
-// — each under the store's migration lock, so any number of processes may call it at
+// tables next to it, in order — eventstore, consumer, pipeline, integration,
+// jobs — each under a migration lock, so any number of processes may call it at
 // once. It returns the owners that had something to apply, also when a
 // later owner fails.
 func All(ctx context.Context, store *eventstore.Store) ([]Applied, error) {
@@ -36,6 +37,7 @@ func All(ctx context.Context, store *eventstore.Store) ([]Applied, error) {
 		{"consumer", consumer.Migrate},
 		{"pipeline", pipeline.Migrate},
 		{"integration", integration.Migrate},
+		{"jobs", jobs.Migrate},
 	} {
 		versions, err := m.run(ctx, store)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -33,6 +34,8 @@ type Definitions struct {
 	Contracts []Event
 	// IntegrationHandlers are declared with Registrar.OnIntegrationEvent.
 	IntegrationHandlers []IntegrationHandler
+	// Jobs are declared with Registrar.Job.
+	Jobs []Job
 	// Problems are mistakes found while recording; each fails the boot.
 	Problems []Problem
 }
@@ -110,6 +113,23 @@ type Handler struct {
 	// Invoke is the registry.HandlerFunc of HandleCommand and HandleQuery;
 	// nil otherwise.
 	Invoke any
+}
+
+// Job is a background job declared with Registrar.Job.
+type Job struct {
+	Name string
+	// Args is the Go type of the job's argument value; nil when it was nil.
+	Args reflect.Type
+	// Handler is the function as given, a func(feature.JobContext, Args)
+	// error checked by the registry.
+	Handler any
+	// On are the event types that enqueue the job.
+	On []string
+	// Schedule is a cron expression; "" = none.
+	Schedule    string
+	MaxAttempts int
+	UniqueFor   time.Duration
+	Timeout     time.Duration
 }
 
 // Projection is an inline projection declared with Registrar.Projection.

@@ -1,0 +1,76 @@
+package feature
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/internal/spec"
+)
+
+// JobContext is what a job's handler works with: a transaction of its own,
+// committed when the handler returns nil, in the tenant and as the user that
+// caused the job. Events it appends carry the cause's correlation id and
+// the causing event (or request) as causation.
+type JobContext interface {
+	Context() context.Context
+	// DB is the job's transaction.
+	DB() DB
+	// Tenant is the tenant the job runs in: the causing event's or
+	// request's, the system tenant for scheduled and manual runs.
+	Tenant() uuid.UUID
+	// User is the user that caused the job (unauthenticated for scheduled
+	// runs).
+	User() User
+	CorrelationID() string
+	// Attempt counts the job's attempts from 1.
+	Attempt() int
+	// AppendEvent appends an event in the job's tenant, with the rules of
+	// CommandContext.AppendEvent; the type must be defined by the job's
+	// feature.
+	AppendEvent(spec AppendSpec) (EventRef, error)
+	// LoadAggregate reads a stream of the job's tenant.
+	LoadAggregate(id uuid.UUID, aggregateType string, opts LoadOptions) (Aggregate, error)
+	// Enqueue enqueues another job in the job's transaction.
+	Enqueue(job string, args any, runAt time.Time) error
+}
+
+// JobOption adjusts a job declared with Registrar.Job.
+type JobOption struct{ apply func(*spec.Job) }
+
+// OnEvent enqueues the job once for every committed event of these types;
+// the event's payload is the job's args.
+func OnEvent(types ...string) JobOption {
+	return JobOption{func(j *spec.Job) { j.On = append(j.On, types...) }}
+}
+
+// Cron enqueues the job on a cron schedule (five fields, or @daily,
+// @every 1h…), once across all processes, in the system tenant.
+func Cron(expr string) JobOption { return JobOption{func(j *spec.Job) { j.Schedule = expr }} }
+
+// JobAttempts is how often a failing job runs before it is discarded
+// (default 10); retries back off exponentially with jitter.
+func JobAttempts(n int) JobOption { return JobOption{func(j *spec.Job) { j.MaxAttempts = n }} }
+
+// UniqueFor makes enqueueing the job with the same args and cause a no-op
+// while such a job is pending or running, or finished less than d ago.
+func UniqueFor(d time.Duration) JobOption { return JobOption{func(j *spec.Job) { j.UniqueFor = d }} }
+
+// Job declares a background job. args is a value of the args struct type T
+// (for OnEvent jobs, the event's payload type); handler must be a
+// func(feature.JobContext, T) error (checked at boot). A job is enqueued by
+// its options (OnEvent, Cron), by CommandContext.Enqueue, or by hand
+// (`job run <name>`). The name is lowercase, dotted or dashed.
+func (r *Registrar) Job(name string, args any, handler any, opts ...JobOption) {
+	def := spec.Job{Name: name, Args: reflect.TypeOf(args), Handler: handler}
+	for _, o := range opts {
+		if o.apply == nil {
+			r.problem(item("job", name), "zero JobOption; use the feature option constructors")
+			continue
+		}
+		o.apply(&def)
+	}
+	r.record(item("job", name), func(d *spec.Definitions) { d.Jobs = append(d.Jobs, def) })
+}

@@ -1,0 +1,88 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/jobs"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// ErrNoJobs is returned by Enqueue in an application that declares no jobs.
+var ErrNoJobs = errors.New("pipeline: the application declares no jobs")
+
+// Jobs is the runner of the registry's jobs; nil when the application
+// declares none. Start it after the executor's schema exists.
+func (d *Executor) Jobs() *jobs.Runner { return d.jobs }
+
+// newJobs builds the runner of the registry's jobs: each runs its handler in
+// a transaction of its own, in the tenant and as the user of its cause.
+func (d *Executor) newJobs(cfg jobs.Config) (*jobs.Runner, error) {
+	var defs []jobs.Job
+	for _, j := range d.reg.Jobs() {
+		defs = append(defs, jobs.Job{
+			Name: j.Name(), On: j.On(), Schedule: j.Schedule(), MaxAttempts: j.MaxAttempts(), UniqueFor: j.UniqueFor(),
+			Work: func(ctx context.Context, run jobs.Run) error { return d.runJob(ctx, j, run) },
+		})
+	}
+	if len(defs) == 0 {
+		return nil, nil
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = d.log
+	}
+	return jobs.New(d.store, cfg, defs...)
+}
+
+func (d *Executor) runJob(ctx context.Context, j *registry.Job, run jobs.Run) error {
+	c := &Caller{
+		User:          feature.User{ID: run.Cause.UserID, TenantID: run.Cause.TenantID, Authenticated: run.Cause.UserID != ""},
+		CorrelationID: run.Cause.CorrelationID,
+	}
+	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := scopeTenant(ctx, tx, run.Cause.TenantID); err != nil {
+			return err
+		}
+		jc := &jobContext{
+			commandContext: commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: j.Feature(), causation: run.Cause.CausationID},
+			attempt:        run.Attempt,
+		}
+		return j.Run(jc, run.Args)
+	})
+	if err != nil {
+		return err
+	}
+	d.metrics.committed(c.appended)
+	return nil
+}
+
+// jobContext is the feature.JobContext of one job attempt.
+type jobContext struct {
+	commandContext
+	attempt int
+}
+
+var _ feature.JobContext = (*jobContext)(nil)
+
+func (jc *jobContext) Attempt() int { return jc.attempt }
+
+// Enqueue implements feature.CommandContext: the job is inserted in the
+// request transaction and runs as the caller.
+func (cc *commandContext) Enqueue(job string, args any, runAt time.Time) error {
+	if cc.d.jobs == nil {
+		return fmt.Errorf("enqueue %s: %w", job, ErrNoJobs)
+	}
+	causation := cc.causation
+	if causation == "" {
+		causation = cc.c.RequestID
+	}
+	_, err := cc.d.jobs.EnqueueTx(cc.ctx, cc.tx, job, args, jobs.Options{RunAt: runAt, Cause: jobs.Cause{
+		TenantID: cc.c.User.TenantID, UserID: cc.c.User.ID, CorrelationID: cc.c.CorrelationID, CausationID: causation,
+	}})
+	return err
+}

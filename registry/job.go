@@ -1,0 +1,110 @@
+package registry
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
+)
+
+// RuleJob is the rule of a job whose declaration does not fit.
+const RuleJob = "job"
+
+var (
+	jobNameRe      = regexp.MustCompile(`^[a-z][a-z0-9_.-]*[a-z0-9]$`)
+	jobContextType = reflect.TypeFor[feature.JobContext]()
+)
+
+// Job is a compiled background job.
+type Job struct {
+	feature string
+	def     spec.Job
+	fn      reflect.Value
+}
+
+// Name is the job's name.
+func (j *Job) Name() string { return j.def.Name }
+
+// Feature is the declaring feature.
+func (j *Job) Feature() string { return j.feature }
+
+// On are the event types that enqueue the job.
+func (j *Job) On() []string { return slices.Clone(j.def.On) }
+
+// Schedule is the job's cron expression; "" = none.
+func (j *Job) Schedule() string { return j.def.Schedule }
+
+// MaxAttempts is the job's attempts before it is discarded; 0 = default.
+func (j *Job) MaxAttempts() int { return j.def.MaxAttempts }
+
+// UniqueFor is the job's uniqueness window; 0 = not unique.
+func (j *Job) UniqueFor() time.Duration { return j.def.UniqueFor }
+
+// Run decodes args into the job's args type and calls its handler.
+func (j *Job) Run(ctx feature.JobContext, args json.RawMessage) error {
+	v := reflect.New(j.def.Args)
+	if err := json.Unmarshal(args, v.Interface()); err != nil {
+		return fmt.Errorf("job %s: args: %w", j.def.Name, err)
+	}
+	out := j.fn.Call([]reflect.Value{reflect.ValueOf(&ctx).Elem(), v.Elem()})
+	if e := out[0].Interface(); e != nil {
+		return e.(error)
+	}
+	return nil
+}
+
+// Job returns the job called name.
+func (r *Registry) Job(name string) (*Job, bool) {
+	j, ok := r.jobs[name]
+	return j, ok
+}
+
+// Jobs lists the jobs in declaration order.
+func (r *Registry) Jobs() []*Job { return slices.Clone(r.jobOrder) }
+
+// job compiles a job declaration.
+func (b *builder) job(feat string, def spec.Job) {
+	item := fmt.Sprintf("job %q", def.Name)
+	if !jobNameRe.MatchString(def.Name) {
+		b.fail(feat, item, RuleName, "job names are lowercase letters, digits, '.', '_' or '-', like task.remind")
+		return
+	}
+	if _, dup := b.reg.jobs[def.Name]; dup {
+		b.fail(feat, item, RuleUnique, "job %q is declared twice", def.Name)
+		return
+	}
+	ok := true
+	bad := func(format string, args ...any) {
+		b.fail(feat, item, RuleJob, format, args...)
+		ok = false
+	}
+	if def.Args == nil {
+		bad("args is nil; pass a value of the args struct type, like RemindArgs{}")
+	}
+	fv := reflect.ValueOf(def.Handler)
+	if def.Handler == nil || fv.Kind() != reflect.Func || fv.IsNil() {
+		bad("handler must be func(feature.JobContext, %v) error, got %T", def.Args, def.Handler)
+	} else if ft := fv.Type(); ft.IsVariadic() || ft.NumIn() != 2 || ft.In(0) != jobContextType || ft.In(1) != def.Args ||
+		ft.NumOut() != 1 || ft.Out(0) != errorType {
+		bad("handler must be func(feature.JobContext, %v) error, got %s", def.Args, ft)
+	}
+	for _, ev := range def.On {
+		if b.reg.events[ev] == nil {
+			bad("OnEvent names %q, which no feature defines", ev)
+		}
+	}
+	if def.MaxAttempts < 0 || def.UniqueFor < 0 {
+		bad("JobAttempts and UniqueFor must not be negative")
+	}
+	if !ok {
+		return
+	}
+	j := &Job{feature: feat, def: def, fn: fv}
+	b.reg.jobs[def.Name] = j
+	b.reg.jobOrder = append(b.reg.jobOrder, j)
+}
