@@ -27,6 +27,9 @@ type JobContext interface {
 	CorrelationID() string
 	// Attempt counts the job's attempts from 1.
 	Attempt() int
+	// Event is the event that enqueued an OnEvent job, read upcast; false
+	// for other jobs, or when the event is gone (pruned).
+	Event() (Event, bool)
 	// AppendEvent appends an event in the job's tenant, with the rules of
 	// CommandContext.AppendEvent; the type must be defined by the job's
 	// feature.
@@ -57,6 +60,11 @@ func JobAttempts(n int) JobOption { return JobOption{func(j *spec.Job) { j.MaxAt
 // UniqueFor makes enqueueing the job with the same args and cause a no-op
 // while such a job is pending or running, or finished less than d ago.
 func UniqueFor(d time.Duration) JobOption { return JobOption{func(j *spec.Job) { j.UniqueFor = d }} }
+
+// Exclusive lets at most one run of the job work at a time across all
+// processes (a distributed lock, package lock): a run started by hand while
+// the scheduled run still works completes at once without working.
+func Exclusive() JobOption { return JobOption{func(j *spec.Job) { j.Exclusive = true }} }
 
 // Job declares a background job. args is a value of the args struct type T
 // (for OnEvent jobs, the event's payload type); handler must be a

@@ -37,6 +37,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/lock"
 )
 
 // Job is one kind of background work.
@@ -61,6 +62,11 @@ type Job struct {
 	UniqueFor time.Duration
 	// Timeout bounds one attempt; default one minute.
 	Timeout time.Duration
+	// Exclusive runs at most one Work of the job at a time across all
+	// processes, under the lock "job:<Name>" of Config.Locker: a run that
+	// finds the lock taken (a run by hand while the scheduled run still
+	// works) completes at once without working.
+	Exclusive bool
 }
 
 var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_.-]*[a-z0-9]$`)
@@ -123,6 +129,9 @@ type Config struct {
 	PollInterval time.Duration
 	// Metrics, when set, gets the job metrics.
 	Metrics prometheus.Registerer
+	// Locker serves Exclusive jobs; default a Postgres locker on the
+	// store's pool.
+	Locker lock.Locker
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -177,6 +186,13 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Locker == nil {
+		l, err := lock.NewPostgres(store.Pool(), lock.PostgresConfig{})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Locker = l
+	}
 	r := &Runner{jobs: make(map[string]Job, len(jobs)), cfg: cfg, store: store}
 	workers := river.NewWorkers()
 	var periodic []*river.PeriodicJob
@@ -189,7 +205,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 		}
 		r.jobs[j.Name] = j
 		// One Go args type serves every job; its kind is the job's name.
-		river.AddWorkerArgs(workers, envelope{kind: j.Name}, &worker{job: j})
+		river.AddWorkerArgs(workers, envelope{kind: j.Name}, &worker{job: j, locker: cfg.Locker, log: cfg.Logger})
 		if j.Schedule != "" {
 			sched, _ := cron.ParseStandard(j.Schedule) // checked by validate
 			periodic = append(periodic, river.NewPeriodicJob(sched, func() (river.JobArgs, *river.InsertOpts) {
@@ -267,10 +283,37 @@ func (r *Runner) Names() []string {
 // worker runs one Job for River.
 type worker struct {
 	river.WorkerDefaults[envelope]
-	job Job
+	job    Job
+	locker lock.Locker
+	log    *slog.Logger
 }
 
 func (w *worker) Work(ctx context.Context, j *river.Job[envelope]) error {
+	if w.job.Exclusive {
+		held, err := w.locker.Acquire(ctx, "job:"+w.job.Name, 0)
+		if err != nil {
+			return err
+		}
+		if held == nil {
+			w.log.InfoContext(ctx, "jobs: another run of the job is working; this one is skipped", "job", w.job.Name, "id", j.ID)
+			return nil
+		}
+		defer func() { _ = held.Release(context.WithoutCancel(ctx)) }()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-held.Lost():
+				cancel() // another process may run the job now: stop this run
+			case <-ctx.Done():
+			}
+		}()
+		return w.work(ctx, j)
+	}
+	return w.work(ctx, j)
+}
+
+func (w *worker) work(ctx context.Context, j *river.Job[envelope]) error {
 	return w.job.Work(ctx, Run{ID: j.ID, Name: j.Kind, Args: j.Args.Args, Attempt: j.Attempt, ScheduledAt: j.ScheduledAt, Cause: j.Args.Cause, Event: j.Args.Event})
 }
 

@@ -330,3 +330,33 @@ func TestFailedPassEnqueuesNothing(t *testing.T) {
 	requireOneJobPerEvent(t, db, 50)
 	require.True(t, failed.Load())
 }
+
+// The case of a job run by hand while the scheduled run still works: with
+// Exclusive, the second run finds the job's lock taken and completes without
+// working, so the digest goes out once.
+func TestExclusiveJobSkipsARunWhileAnotherWorks(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	started, release := make(chan int64, 2), make(chan struct{})
+	var works atomic.Int32
+	r := newRunner(t, db, jobs.Config{}, true, jobs.Job{Name: "digest", Exclusive: true, Work: func(_ context.Context, run jobs.Run) error {
+		works.Add(1)
+		started <- run.ID
+		<-release
+		return nil
+	}})
+	first, err := r.Enqueue(t.Context(), "digest", map[string]any{"by": "schedule"}, jobs.Options{})
+	require.NoError(t, err)
+	require.Equal(t, first.ID, receive(t, started), "the scheduled run works")
+	manual, err := r.Enqueue(t.Context(), "digest", map[string]any{"by": "hand"}, jobs.Options{})
+	require.NoError(t, err)
+	waitState(t, r, manual.ID, "completed")
+	require.Equal(t, int32(1), works.Load(), "the run by hand did not work while the scheduled one did")
+	close(release)
+	waitState(t, r, first.ID, "completed")
+
+	again, err := r.Enqueue(t.Context(), "digest", map[string]any{"by": "hand"}, jobs.Options{})
+	require.NoError(t, err)
+	require.Equal(t, again.ID, receive(t, started), "once the lock is free, a run by hand works")
+	waitState(t, r, again.ID, "completed")
+}

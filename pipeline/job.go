@@ -26,7 +26,7 @@ func (d *Executor) newJobs(cfg jobs.Config) (*jobs.Runner, error) {
 	var defs []jobs.Job
 	for _, j := range d.reg.Jobs() {
 		defs = append(defs, jobs.Job{
-			Name: j.Name(), On: j.On(), Schedule: j.Schedule(), MaxAttempts: j.MaxAttempts(), UniqueFor: j.UniqueFor(),
+			Name: j.Name(), On: j.On(), Schedule: j.Schedule(), MaxAttempts: j.MaxAttempts(), UniqueFor: j.UniqueFor(), Exclusive: j.Exclusive(),
 			Work: func(ctx context.Context, run jobs.Run) error { return d.runJob(ctx, j, run) },
 		})
 	}
@@ -51,6 +51,7 @@ func (d *Executor) runJob(ctx context.Context, j *registry.Job, run jobs.Run) er
 		jc := &jobContext{
 			commandContext: commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: j.Feature(), causation: run.Cause.CausationID},
 			attempt:        run.Attempt,
+			event:          run.Event,
 		}
 		return j.Run(jc, run.Args)
 	})
@@ -65,11 +66,23 @@ func (d *Executor) runJob(ctx context.Context, j *registry.Job, run jobs.Run) er
 type jobContext struct {
 	commandContext
 	attempt int
+	event   int64 // the triggering event's id; 0 = none
 }
 
 var _ feature.JobContext = (*jobContext)(nil)
 
 func (jc *jobContext) Attempt() int { return jc.attempt }
+
+func (jc *jobContext) Event() (feature.Event, bool) {
+	if jc.event == 0 {
+		return feature.Event{}, false
+	}
+	evs, err := jc.d.store.ReadRangeTx(jc.ctx, jc.tx, jc.event-1, jc.event, 1)
+	if err != nil || len(evs) == 0 || evs[0].TenantID != jc.Tenant() {
+		return feature.Event{}, false
+	}
+	return featureEvent(evs[0]), true
+}
 
 // Enqueue implements feature.CommandContext: the job is inserted in the
 // request transaction and runs as the caller.

@@ -29,6 +29,7 @@ type seenJob struct {
 	name, user, corr string
 	tenant           [16]byte
 	n                int
+	event            string // the triggering event's type, read through Event
 }
 
 func jobFeature(seen chan<- seenJob) *feature.Feature {
@@ -55,7 +56,8 @@ func jobFeature(seen chan<- seenJob) *feature.Feature {
 			return nil
 		})
 		r.Job("ping.count", ping{}, func(ctx feature.JobContext, p ping) error {
-			seen <- seenJob{name: "ping.count", user: ctx.User().ID, corr: ctx.CorrelationID(), tenant: ctx.Tenant(), n: p.N}
+			ev, _ := ctx.Event()
+			seen <- seenJob{name: "ping.count", user: ctx.User().ID, corr: ctx.CorrelationID(), tenant: ctx.Tenant(), n: p.N, event: ev.Type}
 			return nil
 		}, feature.OnEvent("ping.sent"), feature.JobAttempts(3))
 	})
@@ -97,7 +99,7 @@ func TestJobsFromCommandsAndEvents(t *testing.T) {
 	want := seenJob{user: "alice", corr: "corr-alice", tenant: tenantA, n: 7}
 	want.name = "ping.remind"
 	require.Equal(t, want, got["ping.remind"])
-	want.name = "ping.count"
+	want.name, want.event = "ping.count", "ping.sent"
 	require.Equal(t, want, got["ping.count"])
 
 	sent := app.Count(t, "SELECT id FROM kumiko_events WHERE type = 'ping.sent'")

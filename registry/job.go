@@ -45,6 +45,9 @@ func (j *Job) MaxAttempts() int { return j.def.MaxAttempts }
 // UniqueFor is the job's uniqueness window; 0 = not unique.
 func (j *Job) UniqueFor() time.Duration { return j.def.UniqueFor }
 
+// Exclusive reports whether at most one run of the job works at a time.
+func (j *Job) Exclusive() bool { return j.def.Exclusive }
+
 // Run decodes args into the job's args type and calls its handler.
 func (j *Job) Run(ctx feature.JobContext, args json.RawMessage) error {
 	v := reflect.New(j.def.Args)

@@ -130,6 +130,7 @@ type Job struct {
 	MaxAttempts int
 	UniqueFor   time.Duration
 	Timeout     time.Duration
+	Exclusive   bool
 }
 
 // Projection is an inline projection declared with Registrar.Projection.
