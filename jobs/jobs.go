@@ -114,7 +114,8 @@ func (e envelope) Kind() string { return e.kind }
 
 // Config configures a Runner. The zero value is usable.
 type Config struct {
-	// Logger receives River's logs and failed attempts; default slog.Default().
+	// Logger receives River's warnings and errors (failed attempts among
+	// them); default slog.Default().
 	Logger *slog.Logger
 	// Workers is how many jobs one process runs at once; default 10.
 	Workers int
@@ -216,7 +217,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 	var err error
 	r.client, err = river.NewClient(riverpgxv5.New(store.Pool()), &river.Config{
 		Schema:            store.Schema(),
-		Logger:            cfg.Logger,
+		Logger:            slog.New(warnings{cfg.Logger.Handler()}),
 		Workers:           workers,
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
 		PeriodicJobs:      periodic,
@@ -329,3 +330,14 @@ func (p backoffPolicy) NextRetry(job *rivertype.JobRow) time.Time {
 	jitter := time.Duration((rand.Float64() - 0.5) * 0.5 * float64(d))
 	return time.Now().Add(d + jitter)
 }
+
+// warnings passes on River's records from level Warn up: its Info records
+// narrate every start, stop and maintenance run.
+type warnings struct{ slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler { return warnings{w.Handler.WithAttrs(as)} }
+func (w warnings) WithGroup(name string) slog.Handler    { return warnings{w.Handler.WithGroup(name)} }

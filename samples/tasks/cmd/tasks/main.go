@@ -10,5 +10,5 @@ import (
 )
 
 func main() {
-	kumiko.Main(kumiko.Config{Name: "tasks"}, tasks.Feature)
+	kumiko.Main(kumiko.Config{Name: "tasks"}, tasks.Feature, tasks.Reminders)
 }
