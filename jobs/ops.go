@@ -12,27 +12,27 @@ import (
 
 // Info is a job as operators see it.
 type Info struct {
-	ID          int64
-	Name        string
-	State       string // available, scheduled, running, retryable, completed, cancelled, discarded
-	Attempt     int
-	MaxAttempts int
-	CreatedAt   time.Time
-	ScheduledAt time.Time
+	ID          int64     `json:"id"`
+	Name        string    `json:"name"`
+	State       string    `json:"state"` // available, scheduled, running, retryable, completed, cancelled, discarded
+	Attempt     int       `json:"attempt"`
+	MaxAttempts int       `json:"maxAttempts"`
+	CreatedAt   time.Time `json:"createdAt"`
+	ScheduledAt time.Time `json:"scheduledAt"`
 	// AttemptedAt is when the last attempt started; zero before the first.
-	AttemptedAt time.Time
+	AttemptedAt time.Time `json:"attemptedAt"`
 	// FinalizedAt is when the job completed, was cancelled or discarded.
-	FinalizedAt time.Time
+	FinalizedAt time.Time `json:"finalizedAt"`
 	// Errors are the failed attempts' errors, oldest first.
-	Errors []AttemptError
-	Cause  Cause
+	Errors []AttemptError `json:"errors"`
+	Cause  Cause          `json:"cause"`
 }
 
 // AttemptError is the error of one failed attempt.
 type AttemptError struct {
-	Attempt int
-	At      time.Time
-	Error   string
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	Error   string    `json:"error"`
 }
 
 // ListParams narrow List. The zero value lists the newest 100 jobs.

@@ -54,7 +54,7 @@ func commands(app App) []*cobra.Command {
 		o.tokenCmd(),
 	}
 	if !o.generic {
-		cmds = append(cmds, o.projectCmd(), o.snapshotCmd(), o.integrationCmd())
+		cmds = append(cmds, o.projectCmd(), o.snapshotCmd(), o.integrationCmd(), o.jobCmd())
 	}
 	for _, c := range cmds {
 		f := c.PersistentFlags()
