@@ -95,7 +95,7 @@ type seeded struct {
 func seedTasks(t *testing.T) seeded {
 	t.Helper()
 	ctx := context.Background()
-	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature})
+	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature, tasks.Reminders})
 	tenant := uuid.New()
 	caller := kumikotest.User(tenant, "alice", "User")
 	res, err := app.Executor.Write(ctx, caller, pipeline.Request{Type: "task.create", Payload: json.RawMessage(`{"title":"Write the CLI"}`)})
