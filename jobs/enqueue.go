@@ -103,7 +103,8 @@ func (r *Runner) insertOpts(j Job, o Options) *river.InsertOpts {
 const ConsumerName = "jobs"
 
 // Consumer returns the shared consumer that enqueues every job whose On
-// names an event's type, in the pass transaction: the jobs commit with the
+// names an event's type, in the pass transaction (InsertManyFastTx, or
+// InsertManyTx for unique jobs): the jobs commit with the
 // consumer's cursor, so each matching committed event enqueues each of its
 // jobs exactly once. ok is false when no job is triggered by events.
 func (r *Runner) Consumer() (c consumer.Consumer, ok bool) {
@@ -125,17 +126,30 @@ func (r *Runner) Consumer() (c consumer.Consumer, ok bool) {
 		Delivery: feature.Shared,
 		Types:    types,
 		HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
-			var params []river.InsertManyParams
+			var plain, unique []river.InsertManyParams
 			for _, ev := range evs {
 				for _, j := range byType[ev.Type] {
-					params = append(params, river.InsertManyParams{Args: eventEnvelope(j, ev), InsertOpts: r.insertOpts(j, Options{})})
+					p := river.InsertManyParams{Args: eventEnvelope(j, ev), InsertOpts: r.insertOpts(j, Options{})}
+					if j.UniqueFor > 0 {
+						unique = append(unique, p)
+					} else {
+						plain = append(plain, p)
+					}
 				}
 			}
-			if len(params) == 0 {
-				return nil
+			// Jobs without uniqueness go in by COPY, the others by River's
+			// unique-aware insert; both in the pass transaction.
+			if len(plain) > 0 {
+				if _, err := r.client.InsertManyFastTx(ctx, tx, plain); err != nil {
+					return err
+				}
 			}
-			_, err := r.client.InsertManyTx(ctx, tx, params)
-			return err
+			if len(unique) > 0 {
+				if _, err := r.client.InsertManyTx(ctx, tx, unique); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}, true
 }

@@ -254,7 +254,10 @@ func eventJob() jobs.Job { return jobs.Job{Name: "on-made", On: []string{"thing.
 // one job, caused by it.
 func requireOneJobPerEvent(t *testing.T, db *kumikotest.DB, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return db.Count(t, "SELECT count(*) FROM river_job") >= n }, 60*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return db.Count(t, "SELECT count(*) FROM river_job") >= n && db.Count(t, `SELECT count(*) FROM kumiko_event_consumers
+			WHERE name = 'jobs' AND last_processed_event_id = (SELECT max(id) FROM kumiko_events)`) > 0
+	}, 60*time.Second, 20*time.Millisecond, "the trigger's cursor reaches the head")
 	require.Equal(t, n, db.Count(t, "SELECT count(*) FROM river_job"), "one job per event, no more")
 	require.Equal(t, n, db.Count(t, `SELECT count(DISTINCT (args->>'event')::bigint) FROM river_job j JOIN kumiko_events e ON e.id = (j.args->>'event')::bigint
 		WHERE e.type = 'thing.made' AND j.args->'args' = e.payload AND j.args->'cause'->>'userId' = 'ann' AND j.args->'cause'->>'correlationId' = 'burst'`),

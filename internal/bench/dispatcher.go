@@ -574,11 +574,17 @@ func drain(ctx context.Context, pass passFunc, last int64, until time.Time, afte
 // of store's log, on a dispatcher of its own and returns a pass of it by
 // RunPass. Its handler does nothing.
 func noopConsumer(ctx context.Context, store *eventstore.Store, name string) (passFunc, error) {
-	d, err := consumer.New(store, consumer.Config{InstanceID: benchInstance}, consumer.Consumer{
-		Name:      name,
-		BatchSize: passBatch,
-		Handle:    func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
+	return consumerPass(ctx, store, consumer.Consumer{
+		Name:   name,
+		Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
 	})
+}
+
+// consumerPass registers c (batch passBatch) on a dispatcher of its own and
+// returns a pass of it by RunPass.
+func consumerPass(ctx context.Context, store *eventstore.Store, c consumer.Consumer) (passFunc, error) {
+	c.BatchSize = passBatch
+	d, err := consumer.New(store, consumer.Config{InstanceID: benchInstance}, c)
 	if err != nil {
 		return nil, err
 	}
@@ -586,12 +592,12 @@ func noopConsumer(ctx context.Context, store *eventstore.Store, name string) (pa
 		return nil, err
 	}
 	return func(ctx context.Context) (int, int64, error) {
-		res, err := d.RunPass(ctx, name)
+		res, err := d.RunPass(ctx, c.Name)
 		switch {
 		case err != nil:
 			return 0, 0, err
 		case !res.Locked:
-			return 0, 0, fmt.Errorf("consumer %s: the shard is locked by another pass", name)
+			return 0, 0, fmt.Errorf("consumer %s: the shard is locked by another pass", c.Name)
 		case res.Failed != nil:
 			return 0, 0, res.Failed
 		}

@@ -23,7 +23,10 @@
 //     while draining a 1,000,000-event backlog;
 //   - integration events over RabbitMQ (RABBITMQ_URL, default the local
 //     broker): the relay against a raw amqp091 publisher with confirms, and
-//     commit→remote handler p50 and p99 at 200 messages/s.
+//     commit→remote handler p50 and p99 at 200 messages/s;
+//   - the jobs' event trigger (a River job inserted per event in the pass)
+//     against the same pass with a no-op handler, and the pick-up latency
+//     of a job after its enqueue committed.
 //
 // Each comparison warms both sides up, then runs them in alternating rounds
 // for -duration in total per side, so both see the same machine state. The
@@ -94,7 +97,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured time per side of each comparison")
 	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
-	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration); all when empty")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs); all when empty")
 	flag.Parse()
 	if cfg.duration <= 0 || cfg.rounds < 1 || cfg.warmup < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -rounds ≥ 1, -warmup ≥ 0")
@@ -170,7 +173,7 @@ func run(cfg config) error {
 		run  func(context.Context) ([]row, error)
 	}{
 		{"append", b.appendRows}, {"batch", b.batchRows}, {"load", b.loadRows}, {"pipeline", b.pipelineRows},
-		{"http", b.httpRows}, {"dispatcher", b.dispatcherRows}, {"rebuild", b.rebuildRows}, {"integration", b.integrationRows},
+		{"http", b.httpRows}, {"dispatcher", b.dispatcherRows}, {"rebuild", b.rebuildRows}, {"integration", b.integrationRows}, {"jobs", b.jobRows},
 	}
 	for _, g := range groups {
 		if cfg.only != "" && !slices.Contains(strings.Split(cfg.only, ","), g.name) {

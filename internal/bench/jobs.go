@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/jobs"
+)
+
+const (
+	jobBacklog = 20_000 // events the trigger comparison drains from cursor 0
+	jobRate    = 100    // enqueues per second of the pick-up writer
+)
+
+// jobRows measures the jobs:
+//   - the drain of a jobBacklog-event backlog by the jobs' event trigger (a
+//     River job inserted per event with InsertManyTx in the pass
+//     transaction) against the same pass with a no-op handler: the
+//     overhead of enqueueing on events;
+//   - the latency from an enqueue's commit (its return) to the job's Work
+//     in a started runner, p50 and p99, at jobRate enqueues/s.
+func (b *bench) jobRows(ctx context.Context) ([]row, error) {
+	schema := b.store.Schema() + "_jobs"
+	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s …\n", formatValue(jobBacklog, ""), schema)
+	store, err := b.migratedStore(ctx, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer dropSchemas(b.pool, store, schema)
+	if _, err := jobs.Migrate(ctx, store); err != nil {
+		return nil, err
+	}
+	last, err := b.seedBacklog(ctx, schema, jobBacklog)
+	if err != nil {
+		return nil, err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	seen := make(chan time.Time, 1024)
+	r, err := jobs.New(store, jobs.Config{Logger: quiet, Workers: 4},
+		jobs.Job{Name: "bench-on-event", On: []string{eventType}, Work: func(context.Context, jobs.Run) error { return nil }},
+		jobs.Job{Name: "bench-pickup", Work: func(context.Context, jobs.Run) error { seen <- time.Now(); return nil }})
+	if err != nil {
+		return nil, err
+	}
+	trigger, _ := r.Consumer()
+
+	name := fmt.Sprintf("jobs trigger drain %s events, batch %d", formatValue(jobBacklog, ""), passBatch)
+	fmt.Fprintf(os.Stderr, "  %s …\n", name)
+	var total [2]measured
+	for round := range b.cfg.rounds {
+		for i := range 2 {
+			side := (i + round) % 2
+			var pass passFunc
+			if side == 0 {
+				c := trigger
+				c.Name = fmt.Sprintf("bench-jobs-%d", round)
+				pass, err = consumerPass(ctx, store, c)
+			} else {
+				pass, err = noopConsumer(ctx, store, fmt.Sprintf("bench-noop-%d", round))
+			}
+			if err != nil {
+				return nil, err
+			}
+			m, err := drain(ctx, pass, last, time.Time{}, nil)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			total[side].units += m.units
+			total[side].elapsed += m.elapsed
+		}
+	}
+	rows := []row{{name: name + " (raw: no-op handler)", unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.80)}}
+
+	// The trigger's jobs would queue ahead of the pick-up jobs.
+	if _, err := b.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{schema, "river_job"}.Sanitize()); err != nil {
+		return rows, err
+	}
+	fmt.Fprintf(os.Stderr, "  job pick-up after commit, %d enqueues/s …\n", jobRate)
+	p50, p99, err := pickup(ctx, r, seen, b.cfg.duration)
+	if err != nil {
+		return rows, err
+	}
+	return append(rows,
+		row{name: fmt.Sprintf("job pick-up after commit p50, %d/s", jobRate), unit: "µs", fw: micros(p50),
+			goal: goal{text: "≤ 50 ms", met: func(fw, _ float64) bool { return fw <= 50_000 }}},
+		row{name: fmt.Sprintf("job pick-up after commit p99, %d/s", jobRate), unit: "µs", fw: micros(p99)},
+	), nil
+}
+
+// pickup starts r, enqueues bench-pickup jobRate times a second for d, one
+// at a time, and measures from each enqueue's return to its Work.
+func pickup(ctx context.Context, r *jobs.Runner, seen <-chan time.Time, d time.Duration) (p50, p99 time.Duration, err error) {
+	if err := r.Start(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = r.Stop(context.WithoutCancel(ctx)) }()
+	lat := newLatencies(1)
+	var mu sync.Mutex
+	tick := time.NewTicker(time.Second / jobRate)
+	defer tick.Stop()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-tick.C:
+		}
+		if _, err := r.Enqueue(ctx, "bench-pickup", nil, jobs.Options{}); err != nil {
+			return 0, 0, err
+		}
+		committed := time.Now()
+		select {
+		case at := <-seen:
+			mu.Lock()
+			lat.workers[0] = append(lat.workers[0], max(at.Sub(committed), 0))
+			mu.Unlock()
+		case <-time.After(10 * time.Second):
+			return 0, 0, fmt.Errorf("a job was not picked up within 10 s")
+		}
+	}
+	return lat.quantile(0.50), lat.quantile(0.99), nil
+}
