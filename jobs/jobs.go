@@ -225,7 +225,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 		RetryPolicy:       backoff(cfg.Backoff),
 		FetchPollInterval: cfg.PollInterval,
 		FetchCooldown:     min(cfg.PollInterval, 50*time.Millisecond),
-		WorkerMiddleware:  metricsMiddleware(cfg.Metrics),
+		Middleware:        metricsMiddleware(cfg.Metrics),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)

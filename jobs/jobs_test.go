@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/consumer"
@@ -362,4 +365,19 @@ func TestExclusiveJobSkipsARunWhileAnotherWorks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, again.ID, receive(t, started), "once the lock is free, a run by hand works")
 	waitState(t, r, again.ID, "completed")
+}
+
+// The runner counts attempts by job and outcome.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	reg := prometheus.NewRegistry()
+	r := newRunner(t, db, jobs.Config{Metrics: reg}, true, jobs.Job{Name: "count-me", Work: noop})
+	e, err := r.Enqueue(t.Context(), "count-me", nil, jobs.Options{})
+	require.NoError(t, err)
+	waitState(t, r, e.ID, "completed")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`# HELP kumiko_job_attempts_total Job attempts by job and outcome (ok, error).
+# TYPE kumiko_job_attempts_total counter
+kumiko_job_attempts_total{job="count-me",outcome="ok"} 1
+`), "kumiko_job_attempts_total"))
 }

@@ -18,7 +18,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 }
 
-func metricsMiddleware(reg prometheus.Registerer) []rivertype.WorkerMiddleware {
+func metricsMiddleware(reg prometheus.Registerer) []rivertype.Middleware {
 	if reg == nil {
 		return nil
 	}
@@ -31,7 +31,7 @@ func metricsMiddleware(reg prometheus.Registerer) []rivertype.WorkerMiddleware {
 		}, []string{"job"}),
 	}
 	reg.MustRegister(m.attempts, m.duration)
-	return []rivertype.WorkerMiddleware{m}
+	return []rivertype.Middleware{m}
 }
 
 func (m *metrics) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
