@@ -35,6 +35,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/lock"
@@ -133,6 +134,11 @@ type Config struct {
 	// Locker serves Exclusive jobs; default a Postgres locker on the
 	// store's pool.
 	Locker lock.Locker
+	// TracerProvider gets a span per enqueue and per attempt
+	// (river.insert_many, river.work/<job>), the attempt's linked to the
+	// enqueue's through the job's metadata; default the global provider,
+	// a no-op unless the application configured one.
+	TracerProvider trace.TracerProvider
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -225,7 +231,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 		RetryPolicy:       backoff(cfg.Backoff),
 		FetchPollInterval: cfg.PollInterval,
 		FetchCooldown:     min(cfg.PollInterval, 50*time.Millisecond),
-		Middleware:        metricsMiddleware(cfg.Metrics),
+		Middleware:        middleware(cfg),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
 )
 
 // metrics counts attempts by job and outcome and times them:
@@ -18,10 +19,21 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 }
 
-func metricsMiddleware(reg prometheus.Registerer) []rivertype.Middleware {
-	if reg == nil {
-		return nil
+// middleware is River's middleware of a runner: spans by River's
+// OpenTelemetry middleware, and the Prometheus metrics when configured.
+func middleware(cfg Config) []rivertype.Middleware {
+	out := []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+		TracerProvider:              cfg.TracerProvider,
+		EnableTracePropagation:      true,
+		EnableWorkSpanJobKindSuffix: true,
+	})}
+	if cfg.Metrics != nil {
+		out = append(out, newMetrics(cfg.Metrics))
 	}
+	return out
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kumiko_job_attempts_total", Help: "Job attempts by job and outcome (ok, error).",
@@ -31,7 +43,7 @@ func metricsMiddleware(reg prometheus.Registerer) []rivertype.Middleware {
 		}, []string{"job"}),
 	}
 	reg.MustRegister(m.attempts, m.duration)
-	return []rivertype.Middleware{m}
+	return m
 }
 
 func (m *metrics) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
