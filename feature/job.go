@@ -38,6 +38,9 @@ type JobContext interface {
 	LoadAggregate(id uuid.UUID, aggregateType string, opts LoadOptions) (Aggregate, error)
 	// Enqueue enqueues another job in the job's transaction.
 	Enqueue(job string, args any, runAt time.Time) error
+	// Publish publishes an integration event in the job's transaction, as
+	// CommandContext.Publish: it leaves the app only if the job commits.
+	Publish(event string, payload any) error
 }
 
 // JobOption adjusts a job declared with Registrar.Job.

@@ -12,6 +12,7 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -36,6 +37,7 @@ func jobFeature(seen chan<- seenJob) *feature.Feature {
 	return feature.Define("pings", func(r *feature.Registrar) {
 		r.DefineEvent("ping.sent", ping{})
 		r.DefineEvent("ping.reminded", remindArgs{})
+		r.IntegrationEvent("ping.announced", remindArgs{})
 		r.Command("ping.send", ping{}, feature.Roles("User"), func(ctx feature.CommandContext, in ping) (any, error) {
 			if _, err := ctx.AppendEvent(feature.AppendSpec{AggregateType: "ping", Type: "ping.sent", Payload: in}); err != nil {
 				return nil, err
@@ -50,6 +52,9 @@ func jobFeature(seen chan<- seenJob) *feature.Feature {
 		})
 		r.Job("ping.remind", remindArgs{}, func(ctx feature.JobContext, a remindArgs) error {
 			if _, err := ctx.AppendEvent(feature.AppendSpec{AggregateType: "ping", Type: "ping.reminded", Payload: a}); err != nil {
+				return err
+			}
+			if err := ctx.Publish("ping.announced", a); err != nil {
 				return err
 			}
 			seen <- seenJob{name: "ping.remind", user: ctx.User().ID, corr: ctx.CorrelationID(), tenant: ctx.Tenant(), n: a.N}
@@ -109,6 +114,9 @@ func TestJobsFromCommandsAndEvents(t *testing.T) {
 	require.Equal(t, 1, app.Count(t, `SELECT count(*) FROM kumiko_events WHERE type = 'ping.reminded' AND tenant_id = $1
 		AND metadata->>'correlationId' = 'corr-alice' AND metadata->>'causationId' = 'req-alice' AND metadata->>'userId' = 'alice'`, tenantA),
 		"the job's event carries the request's correlation and causation")
+	require.Equal(t, 1, app.Count(t, `SELECT count(*) FROM kumiko_events WHERE type = 'ping.announced' AND aggregate_type = $1
+		AND metadata->>'correlationId' = 'corr-alice' AND tenant_id = $2`, pipeline.MessageStream, tenantA),
+		"the job published its integration event in its transaction")
 	require.Equal(t, 1, app.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'ping.count' AND args->'cause'->>'causationId' = $1`, strconv.Itoa(sent)),
 		"the event-triggered job's cause is the event")
 }
