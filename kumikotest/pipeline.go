@@ -9,7 +9,6 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
-	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -26,9 +25,8 @@ type App struct {
 }
 
 // NewApp builds features into a registry (failing the test on boot errors),
-// on a fresh database from NewDB, and creates their read tables; when the
-// features declare jobs, River's tables too (the runner, Executor.Jobs, is
-// not started: start it to work jobs).
+// on a fresh database from NewDB, and creates their read tables. The jobs
+// runner (Executor.Jobs) is not started: start it to work jobs.
 func NewApp(t testing.TB, features []*feature.Feature, opts ...Option) *App {
 	t.Helper()
 	reg, err := registry.Build(features...)
@@ -42,11 +40,6 @@ func NewApp(t testing.TB, features []*feature.Feature, opts ...Option) *App {
 	}
 	if err := d.EnsureSchema(context.Background()); err != nil {
 		t.Fatalf("kumikotest: %v", err)
-	}
-	if d.Jobs() != nil {
-		if _, err := jobs.Migrate(context.Background(), db.Store); err != nil {
-			t.Fatalf("kumikotest: %v", err)
-		}
 	}
 	return &App{DB: db, Registry: reg, Executor: d}
 }
