@@ -72,6 +72,8 @@ const (
 // Config configures a Server. The zero value of every field but JWTSecret
 // means its default.
 type Config struct {
+	// Title names the API in its OpenAPI document. Default "kumiko".
+	Title string
 	// JWTSecret verifies bearer tokens (HS256 only). Required, at least
 	// MinSecretLen bytes.
 	JWTSecret []byte
@@ -228,6 +230,8 @@ type Server struct {
 	routes map[string]bool
 	// hub fans the live event feed out to GET /api/events streams.
 	hub sseHub
+	// openAPIDoc is what GET /api/openapi.json serves, built once.
+	openAPIDoc []byte
 }
 
 // NewServer builds the server for d, inspecting streams in store (the
@@ -251,6 +255,9 @@ func NewServer(cfg Config, d *pipeline.Executor, store *eventstore.Store) (*Serv
 		auth: newAuthenticator(cfg.JWTSecret, cfg.Issuer, cfg.Audience), routes: map[string]bool{},
 	}
 	s.hub.guard = newReadGuard(d.Registry())
+	if s.openAPIDoc, err = OpenAPI(d.Registry(), cfg.Title); err != nil {
+		return nil, err
+	}
 	s.e = s.routeAll()
 	return s, nil
 }
@@ -291,6 +298,7 @@ func (s *Server) routeAll() *echo.Echo {
 	e.GET("/api/events", s.events, s.authenticate)
 	e.GET("/api/consumers", s.consumers, s.deadline, s.authenticate)
 	e.GET("/api/projections", s.projections, s.deadline, s.authenticate)
+	e.GET("/api/openapi.json", s.openapi)
 
 	if !s.cfg.SeparateMetrics {
 		e.GET("/metrics", s.metricsFor(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})), s.authenticate)

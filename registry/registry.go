@@ -335,6 +335,23 @@ func (r *Registry) Schema(name string) json.RawMessage {
 	return slices.Clone(p.Schema)
 }
 
+// ResultSchema returns the JSON Schema (draft 2020-12) of the data a CRUD
+// handler answers (see the codec's state shape: id, version, createdAt,
+// updatedAt, the fields, deletedAt with soft delete), or nil for any other
+// name: a command's or query's result is whatever its handler returns.
+func (r *Registry) ResultSchema(name string) json.RawMessage {
+	h, ok := r.handlers[name]
+	if !ok || h.Entity == "" {
+		return nil
+	}
+	p := r.payloads[name]
+	s, err := codec.ResultSchema(p.Entity, p.Kind)
+	if err != nil {
+		return nil // built from the same maps as the input schemas, which compiled
+	}
+	return s
+}
+
 // Projection returns the inline projection called name.
 func (r *Registry) Projection(name string) (*Projection, bool) {
 	p, ok := r.projections[name]

@@ -166,6 +166,19 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		require.Empty(t, js.Applied)
 	})
 
+	t.Run("openapi", func(t *testing.T) {
+		var doc struct {
+			OpenAPI    string
+			Info       struct{ Title string }
+			Components struct{ Schemas map[string]json.RawMessage }
+		}
+		require.NoError(t, json.Unmarshal([]byte(ok("openapi")), &doc))
+		require.Equal(t, "3.1.0", doc.OpenAPI)
+		require.Equal(t, "tasks", doc.Info.Title)
+		require.Contains(t, doc.Components.Schemas, "task.complete.payload")
+		require.Contains(t, doc.Components.Schemas, "task.create.result")
+	})
+
 	t.Run("consumer", func(t *testing.T) {
 		var list []consumer.ShardStatus
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "list", "--json")), &list))

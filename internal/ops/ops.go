@@ -54,7 +54,7 @@ func commands(app App) []*cobra.Command {
 		o.tokenCmd(),
 	}
 	if !o.generic {
-		cmds = append(cmds, o.projectCmd(), o.snapshotCmd(), o.integrationCmd(), o.jobCmd())
+		cmds = append(cmds, o.projectCmd(), o.snapshotCmd(), o.integrationCmd(), o.jobCmd(), o.openapiCmd())
 	}
 	for _, c := range cmds {
 		f := c.PersistentFlags()
@@ -871,6 +871,28 @@ func (o *ops) entityAsOf(ctx context.Context, c *conn, out io.Writer, h registry
 }
 
 // ---- token ----
+
+// openapiCmd prints the OpenAPI 3.1 document of the app's API, the one
+// GET /api/openapi.json serves, without a database: for client generators.
+func (o *ops) openapiCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "openapi",
+		Short: "Print the OpenAPI 3.1 document of the app's HTTP API (what GET /api/openapi.json serves)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			reg, err := registry.Build(o.features...)
+			if err != nil {
+				return err
+			}
+			doc, err := khttp.OpenAPI(reg, o.app.resolve(Settings{}).Name)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", doc)
+			return err
+		},
+	}
+}
 
 func (o *ops) tokenCmd() *cobra.Command {
 	var (

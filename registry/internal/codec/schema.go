@@ -376,3 +376,54 @@ func crudSchema(e *Entity, kind Kind) (json.RawMessage, error) {
 	}
 	return rootSchema(objectSchema(map[string]any{}, nil))
 }
+
+// StateSchema is the JSON Schema of an entity's state as the API answers it:
+// the state after a write, a detail, a row of a list. Fields that are not
+// required may be null; deletedAt is there with soft delete.
+func StateSchema(e *Entity) (json.RawMessage, error) {
+	return rootSchema(stateSchema(e))
+}
+
+func stateSchema(e *Entity) map[string]any {
+	props := map[string]any{
+		"id":        uuidSchema(),
+		"version":   versionSchema(),
+		"createdAt": timeSchema(),
+		"updatedAt": timeSchema(),
+	}
+	required := []string{"id", "version", "createdAt", "updatedAt"}
+	for _, name := range e.Names {
+		fs := e.Fields[name]
+		fs.HasDefault = false
+		props[name] = fieldSchema(fs, !fs.Required)
+		required = append(required, name)
+	}
+	if e.SoftDelete {
+		props["deletedAt"] = map[string]any{"type": []string{"string", "null"}, "format": "date-time"}
+		required = append(required, "deletedAt")
+	}
+	return objectSchema(props, required)
+}
+
+// ResultSchema is the JSON Schema of the data a CRUD handler of kind k on e
+// answers: the state after a write (a hard delete answers only id and
+// version), the state or null for a detail, a page of states for a list.
+func ResultSchema(e *Entity, k Kind) (json.RawMessage, error) {
+	state := stateSchema(e)
+	switch k {
+	case ID:
+		if !e.SoftDelete {
+			return rootSchema(map[string]any{"anyOf": []any{state, objectSchema(map[string]any{
+				"id": uuidSchema(), "version": versionSchema(),
+			}, []string{"id", "version"})}})
+		}
+	case Detail:
+		return rootSchema(map[string]any{"anyOf": []any{state, map[string]any{"type": "null"}}})
+	case List:
+		return rootSchema(objectSchema(map[string]any{
+			"rows":       map[string]any{"type": "array", "items": state},
+			"nextCursor": map[string]any{"type": "string"},
+		}, []string{"rows", "nextCursor"}))
+	}
+	return rootSchema(state)
+}
