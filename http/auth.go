@@ -2,9 +2,13 @@ package http
 
 import (
 	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,31 +144,79 @@ func (cl *claims) identity() (feature.User, *apiError) {
 
 // authenticator verifies bearer tokens.
 type authenticator struct {
-	secret []byte
+	secret []byte  // HS256; nil: refused
+	keys   *keySet // RS256 and ES256; nil: refused
 	parser *jwt.Parser
 }
 
-// newAuthenticator verifies HS256 tokens signed with secret; a non-empty
-// issuer or audience must match the token's iss or aud.
-func newAuthenticator(secret []byte, issuer, audience string) *authenticator {
+// newAuthenticator verifies HS256 tokens signed with cfg.JWTSecret and
+// RS256/ES256 tokens whose kid the key set of cfg.JWKSURL or
+// cfg.OIDCIssuer holds; a non-empty issuer or audience must match the
+// token's iss or aud. With an OIDC issuer and no Issuer, iss must name the
+// OIDC issuer.
+func newAuthenticator(cfg Config) *authenticator {
+	a := &authenticator{}
+	var methods []string
+	if len(cfg.JWTSecret) > 0 {
+		a.secret = slices.Clone(cfg.JWTSecret)
+		methods = append(methods, jwt.SigningMethodHS256.Alg())
+	}
+	if cfg.JWKSURL != "" || cfg.OIDCIssuer != "" {
+		a.keys = newKeySet(cfg.JWKSURL, cfg.OIDCIssuer, cfg.JWKSClient, cfg.JWKSRefresh, cfg.JWKSMinRefetch)
+		methods = append(methods, jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg())
+	}
 	opts := []jwt.ParserOption{
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), // refuses "none", RS*, ES*, HS384/512
+		jwt.WithValidMethods(methods), // refuses "none", HS384/512, RS384…, PS*, and what is not configured
 		jwt.WithExpirationRequired(),
 		jwt.WithStrictDecoding(),
+	}
+	issuer := cfg.Issuer
+	if issuer == "" && cfg.OIDCIssuer != "" {
+		issuer = cfg.OIDCIssuer
 	}
 	if issuer != "" {
 		opts = append(opts, jwt.WithIssuer(issuer))
 	}
-	if audience != "" {
-		opts = append(opts, jwt.WithAudience(audience))
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
-	return &authenticator{secret: secret, parser: jwt.NewParser(opts...)}
+	a.parser = jwt.NewParser(opts...)
+	return a
+}
+
+// keyFor returns the key that verifies t: the secret for HS256, the key
+// set's key of t's kid for RS256 and ES256, of the matching kind.
+func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
+	if t.Method == jwt.SigningMethodHS256 {
+		return a.secret, nil
+	}
+	kid, _ := t.Header["kid"].(string)
+	if kid == "" {
+		return nil, errors.New("the token names no key (kid)")
+	}
+	key, err := a.keys.key(ctx, kid)
+	if err != nil {
+		return nil, err
+	}
+	switch key.(type) {
+	case *rsa.PublicKey:
+		if t.Method == jwt.SigningMethodRS256 {
+			return key, nil
+		}
+	case *ecdsa.PublicKey:
+		if t.Method == jwt.SigningMethodES256 {
+			return key, nil
+		}
+	case nil:
+		return nil, fmt.Errorf("no key %q in the key set", kid)
+	}
+	return nil, fmt.Errorf("key %q does not verify %s", kid, t.Method.Alg())
 }
 
 // user returns the caller an Authorization header names and when its token
 // expires: the anonymous user (and the zero time) when there is none, an
 // unauthenticated error when it is not a valid bearer token.
-func (a *authenticator) user(header string) (feature.User, time.Time, error) {
+func (a *authenticator) user(ctx context.Context, header string) (feature.User, time.Time, error) {
 	if header == "" {
 		return feature.User{}, time.Time{}, nil
 	}
@@ -174,7 +226,11 @@ func (a *authenticator) user(header string) (feature.User, time.Time, error) {
 		return feature.User{}, time.Time{}, unauthenticated(reasonAuthorizationHeader, "the Authorization header must be `Bearer <token>`", nil)
 	}
 	var cl claims
-	if _, err := a.parser.ParseWithClaims(token, &cl, func(*jwt.Token) (any, error) { return a.secret, nil }); err != nil {
+	if _, err := a.parser.ParseWithClaims(token, &cl, func(t *jwt.Token) (any, error) { return a.keyFor(ctx, t) }); err != nil {
+		var unavailable *apiError
+		if errors.As(err, &unavailable) {
+			return feature.User{}, time.Time{}, unavailable
+		}
 		if errors.Is(err, jwt.ErrTokenExpired) {
 			return feature.User{}, time.Time{}, unauthenticated(reasonTokenExpired, "the token has expired", err)
 		}
@@ -201,7 +257,7 @@ func unauthenticated(reason, detail string, cause error) *apiError {
 // unauthenticated where a rule needs one.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		u, exp, err := s.auth.user(c.Request().Header.Get(echo.HeaderAuthorization))
+		u, exp, err := s.auth.user(c.Request().Context(), c.Request().Header.Get(echo.HeaderAuthorization))
 		if err != nil {
 			return err
 		}

@@ -20,10 +20,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -74,9 +74,33 @@ const (
 type Config struct {
 	// Title names the API in its OpenAPI document. Default "kumiko".
 	Title string
-	// JWTSecret verifies bearer tokens (HS256 only). Required, at least
-	// MinSecretLen bytes.
+	// JWTSecret verifies HS256 bearer tokens; at least MinSecretLen bytes.
+	// Required unless JWKSURL or OIDCIssuer is set; empty: HS256 is refused.
 	JWTSecret []byte
+	// JWKSURL, when set, verifies RS256 and ES256 tokens with the keys of
+	// this JWK set, chosen by the token's kid.
+	JWKSURL string
+	// OIDCIssuer, when set (and JWKSURL is not), verifies RS256 and ES256
+	// tokens with the keys of the jwks_uri in the issuer's discovery
+	// document (<issuer>/.well-known/openid-configuration), and iss must
+	// name it unless Issuer says otherwise.
+	OIDCIssuer string
+	// JWKSClient fetches the discovery document and the key set. Default:
+	// an http.Client with a 5s timeout.
+	JWKSClient *http.Client
+	// JWKSRefresh is how old the cached keys may get before the next token
+	// fetches them again (a rotation that keeps the kid of a key). Default
+	// 1h.
+	JWKSRefresh time.Duration
+	// JWKSMinRefetch is the shortest time between two fetches of the key
+	// set, so tokens with unknown kids (a rotation, or made-up ones) cause
+	// at most one fetch per period. Default 30s.
+	JWKSMinRefetch time.Duration
+	// CORSOrigins, when set, allows browsers on these origins (e.g.
+	// "https://app.example.com"; "*" for any) to call the API, with the
+	// Authorization, Idempotency-Key, request and correlation id headers.
+	// Empty: no CORS headers; cross-origin browser calls fail.
+	CORSOrigins []string
 	// AdminRole is the role that may use /api/inspect, within its own
 	// tenant. Default "Admin".
 	AdminRole string
@@ -172,6 +196,12 @@ func (c Config) WithDefaults() Config {
 	if c.IdempotencyMaxResponse == 0 {
 		c.IdempotencyMaxResponse = DefaultIdempotencyMaxResponse
 	}
+	if c.JWKSRefresh == 0 {
+		c.JWKSRefresh = DefaultJWKSRefresh
+	}
+	if c.JWKSMinRefetch == 0 {
+		c.JWKSMinRefetch = DefaultJWKSMinRefetch
+	}
 	if c.SSEHeartbeat == 0 {
 		c.SSEHeartbeat = DefaultSSEHeartbeat
 	}
@@ -193,10 +223,12 @@ func (c Config) WithDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
-	case len(c.JWTSecret) == 0:
-		return errors.New("http: Config.JWTSecret is required")
-	case len(c.JWTSecret) < MinSecretLen:
+	case len(c.JWTSecret) == 0 && c.JWKSURL == "" && c.OIDCIssuer == "":
+		return errors.New("http: Config.JWTSecret is required unless Config.JWKSURL or Config.OIDCIssuer is set")
+	case len(c.JWTSecret) > 0 && len(c.JWTSecret) < MinSecretLen:
 		return fmt.Errorf("http: Config.JWTSecret must be at least %d bytes for HS256, got %d", MinSecretLen, len(c.JWTSecret))
+	case c.JWKSRefresh < 0 || c.JWKSMinRefetch < 0:
+		return errors.New("http: Config.JWKSRefresh and Config.JWKSMinRefetch must not be negative")
 	case c.BodyLimit < 0:
 		return fmt.Errorf("http: Config.BodyLimit must not be negative, got %d", c.BodyLimit)
 	case c.MaxDepth < 0:
@@ -245,14 +277,13 @@ func NewServer(cfg Config, d *pipeline.Executor, store *eventstore.Store) (*Serv
 	if d == nil || store == nil {
 		return nil, errors.New("http: an executor and an event store are required")
 	}
-	cfg.JWTSecret = slices.Clone(cfg.JWTSecret)
 	m, err := newMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
 		cfg: cfg, d: d, store: store, log: cfg.Logger, metrics: m,
-		auth: newAuthenticator(cfg.JWTSecret, cfg.Issuer, cfg.Audience), routes: map[string]bool{},
+		auth: newAuthenticator(cfg), routes: map[string]bool{},
 	}
 	s.hub.guard = newReadGuard(d.Registry())
 	if s.openAPIDoc, err = OpenAPI(d.Registry(), cfg.Title); err != nil {
@@ -286,6 +317,16 @@ func (s *Server) routeAll() *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe)
+	if len(s.cfg.CORSOrigins) > 0 {
+		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{
+			AllowOrigins: s.cfg.CORSOrigins,
+			AllowMethods: []string{http.MethodGet, http.MethodPost},
+			AllowHeaders: []string{echo.HeaderAuthorization, echo.HeaderContentType, HeaderIdempotencyKey,
+				HeaderRequestID, HeaderCorrelationID, "Last-Event-ID"},
+			ExposeHeaders: []string{HeaderRequestID, HeaderCorrelationID, HeaderIdempotentReplayed, echo.HeaderRetryAfter},
+			MaxAge:        600,
+		}))
+	}
 
 	// Route-level middleware, not a group's: a group's catch-all would turn
 	// every 405 under /api into a 404.

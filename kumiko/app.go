@@ -184,7 +184,11 @@ func (a *App) wireHTTP() error {
 	}
 	var err error
 	p.HTTP, err = khttp.NewServer(khttp.Config{
+		Title:               cfg.Name,
 		JWTSecret:           []byte(cfg.JWTSecret),
+		JWKSURL:             cfg.JWKSURL,
+		OIDCIssuer:          cfg.OIDCIssuer,
+		CORSOrigins:         cfg.CORSOrigins,
 		Issuer:              cfg.JWTIssuer,
 		Audience:            cfg.JWTAudience,
 		AdminRole:           cfg.AdminRole,

@@ -64,8 +64,19 @@ type Config struct {
 	IdempotencyFailOpen bool
 	// Addr the HTTP server listens on. Default ":8080".
 	Addr string
-	// JWTSecret verifies HS256 bearer tokens. Required, at least 32 bytes.
+	// JWTSecret verifies HS256 bearer tokens, at least 32 bytes. Required
+	// unless JWKSURL or OIDCIssuer is set.
 	JWTSecret string
+	// JWKSURL verifies RS256 and ES256 bearer tokens with the keys of this
+	// JWK set (cached, refetched on rotation); see http.Config.JWKSURL.
+	JWKSURL string
+	// OIDCIssuer verifies RS256 and ES256 bearer tokens with the keys its
+	// discovery document names, and requires iss to name it unless
+	// JWTIssuer is set; see http.Config.OIDCIssuer.
+	OIDCIssuer string
+	// CORSOrigins allows browsers on these origins to call the API. Empty
+	// (default): no CORS.
+	CORSOrigins []string
 	// JWTIssuer, when set, must equal every token's iss claim. Empty: not
 	// checked.
 	JWTIssuer string
@@ -259,8 +270,11 @@ func (c Config) validate() error {
 			errs = append(errs, errors.New("Config.RedisURL must be a redis:// or rediss:// URL"))
 		}
 	}
-	if len(c.JWTSecret) < 32 {
-		errs = append(errs, errors.New("Config.JWTSecret is required and must be at least 32 bytes"))
+	switch {
+	case c.JWTSecret == "" && c.JWKSURL == "" && c.OIDCIssuer == "":
+		errs = append(errs, errors.New("Config.JWTSecret is required unless Config.JWKSURL or Config.OIDCIssuer is set"))
+	case c.JWTSecret != "" && len(c.JWTSecret) < 32:
+		errs = append(errs, errors.New("Config.JWTSecret must be at least 32 bytes"))
 	}
 	if c.InstanceID == SharedInstanceID {
 		errs = append(errs, fmt.Errorf("Config.InstanceID %q is reserved", SharedInstanceID))
@@ -294,6 +308,7 @@ func (c Config) validate() error {
 
 // FromEnv fills the zero fields of c from the environment: DATABASE_URL,
 // REDIS_URL, RABBITMQ_URL, KUMIKO_JWT_SECRET, KUMIKO_JWT_ISSUER, KUMIKO_JWT_AUDIENCE,
+// KUMIKO_JWKS_URL, KUMIKO_OIDC_ISSUER, KUMIKO_CORS_ORIGINS (comma-separated),
 // KUMIKO_ADMIN_ROLE, KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR,
 // KUMIKO_SCHEMA and KUMIKO_INSTANCE_ID. Only Main and the commands call it;
 // the library never reads the environment.
@@ -309,6 +324,15 @@ func (c Config) FromEnv() Config {
 	set(&c.JWTSecret, "KUMIKO_JWT_SECRET")
 	set(&c.JWTIssuer, "KUMIKO_JWT_ISSUER")
 	set(&c.JWTAudience, "KUMIKO_JWT_AUDIENCE")
+	set(&c.JWKSURL, "KUMIKO_JWKS_URL")
+	set(&c.OIDCIssuer, "KUMIKO_OIDC_ISSUER")
+	if c.CORSOrigins == nil {
+		for o := range strings.SplitSeq(os.Getenv("KUMIKO_CORS_ORIGINS"), ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				c.CORSOrigins = append(c.CORSOrigins, o)
+			}
+		}
+	}
 	set(&c.AdminRole, "KUMIKO_ADMIN_ROLE")
 	set(&c.OperatorRole, "KUMIKO_OPERATOR_ROLE")
 	set(&c.MetricsAddr, "KUMIKO_METRICS_ADDR")

@@ -38,17 +38,22 @@ const secret = "a-test-secret-that-is-long-enough-for-hs256"
 func TestConfigValidationNamesTheField(t *testing.T) {
 	t.Parallel()
 	cases := map[string]kumiko.Config{
-		"Config.DatabaseURL is required":   {JWTSecret: secret},
-		"Config.DatabaseURL must be":       {DatabaseURL: "mysql://x", JWTSecret: secret},
-		"Config.JWTSecret":                 {DatabaseURL: "postgres://x/y"},
-		"Config.RedisURL":                  {DatabaseURL: "postgres://x/y", JWTSecret: secret, RedisURL: "http://x"},
-		`Config.InstanceID "__shared__"`:   {DatabaseURL: "postgres://x/y", JWTSecret: secret, InstanceID: "__shared__"},
-		"Config.MaxConns must be at least": {DatabaseURL: "postgres://x/y", JWTSecret: secret, MaxConns: 1},
+		"Config.DatabaseURL is required":    {JWTSecret: secret},
+		"Config.DatabaseURL must be":        {DatabaseURL: "mysql://x", JWTSecret: secret},
+		"Config.JWTSecret is required":      {DatabaseURL: "postgres://x/y"},
+		"Config.JWTSecret must be at least": {DatabaseURL: "postgres://x/y", JWTSecret: "short"},
+		"Config.RedisURL":                   {DatabaseURL: "postgres://x/y", JWTSecret: secret, RedisURL: "http://x"},
+		`Config.InstanceID "__shared__"`:    {DatabaseURL: "postgres://x/y", JWTSecret: secret, InstanceID: "__shared__"},
+		"Config.MaxConns must be at least":  {DatabaseURL: "postgres://x/y", JWTSecret: secret, MaxConns: 1},
 	}
 	for want, cfg := range cases {
 		_, err := kumiko.BuildServer(context.Background(), cfg, tasks.Feature)
 		require.ErrorContains(t, err, want)
 	}
+	// A key set alone is enough: HS256 is then refused.
+	app, err := kumiko.BuildServer(context.Background(), kumiko.Config{DatabaseURL: "postgres://x/y", JWKSURL: "https://idp.example/jwks"}, tasks.Feature)
+	require.NoError(t, err)
+	require.NoError(t, app.Stop(context.Background()))
 }
 
 // The server BuildServer wires serves the sample, then stops gracefully.
