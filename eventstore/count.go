@@ -2,7 +2,9 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -28,6 +30,20 @@ func (s *Store) CountTx(ctx context.Context, tx pgx.Tx, f ReadFilter, after, upT
 		return 0, TranslateError(fmt.Errorf("count after %d: %w", after, err))
 	}
 	return n, nil
+}
+
+// OldestAfterTx returns when the first event matching f after id after was
+// created, and false when tx sees none: the age of a reader's lag.
+func (s *Store) OldestAfterTx(ctx context.Context, tx pgx.Tx, f ReadFilter, after int64) (time.Time, bool, error) {
+	var at time.Time
+	err := tx.QueryRow(ctx, s.sql.filteredOldest, append(f.args(), after)...).Scan(&at)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, TranslateError(fmt.Errorf("oldest after %d: %w", after, err))
+	}
+	return at, true, nil
 }
 
 // args are f's tenant, aggregate types and event types as the filtered

@@ -49,3 +49,30 @@ func TestHeadAndCount(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// OldestAfterTx answers the creation time of the first matching event after
+// a position, and false when there is none.
+func TestOldestAfter(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	s := db.Store
+	ctx := context.Background()
+	ids := appendNew(t, s, "task.created", "task.done", "task.created")
+	var evs []eventstore.Event
+	for e, err := range s.ReadAll(ctx, 0, eventstore.ReadFilter{}) {
+		require.NoError(t, err)
+		evs = append(evs, e)
+	}
+	require.Len(t, evs, 3)
+	err := s.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		at, ok, err := s.OldestAfterTx(ctx, tx, eventstore.ReadFilter{Types: []string{"task.done"}}, 0)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.True(t, at.Equal(evs[1].CreatedAt), "%s vs %s", at, evs[1].CreatedAt)
+		_, ok, err = s.OldestAfterTx(ctx, tx, eventstore.ReadFilter{}, ids[2])
+		require.NoError(t, err)
+		require.False(t, ok)
+		return nil
+	})
+	require.NoError(t, err)
+}

@@ -17,6 +17,7 @@ type queries struct {
 	lastID, writers, readRange                string
 	head, tailStart                           string
 	filteredHead, filteredCount               string
+	filteredOldest                            string
 	pruneNewest, pruneCount, pruneDelete      string
 }
 
@@ -170,6 +171,13 @@ WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_
 SELECT count(*) FROM {events}
 WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
 	AND ($3::text[] IS NULL OR type = ANY ($3)) AND id > $4 AND ($5 = 0 OR id <= $5)`),
+		// The creation time of the first event after $4 matching readAll's
+		// filters ($1–$3).
+		filteredOldest: r.Replace(`
+SELECT created_at FROM {events}
+WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text[] IS NULL OR aggregate_type = ANY ($2))
+	AND ($3::text[] IS NULL OR type = ANY ($3)) AND id > $4
+ORDER BY id LIMIT 1`),
 		// Prune: $1 = OlderThan, $2 = aggregate types, $3 = the highest id
 		// the guard lets go. pruneNewest finds what the guard is asked
 		// about; the count (a dry run) and the delete carry id <= $3, since

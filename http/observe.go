@@ -158,9 +158,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"route", "method", "status"})
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kumiko_http_request_duration_seconds",
-		Help:    "Time from receiving a request to its answer, by route template and method.",
+		Help:    "Time from receiving a request to its answer, by route template, method and status.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-	}, []string{"route", "method"})
+	}, []string{"route", "method", "status"})
 	m := &metrics{}
 	var err error
 	if m.requests, err = register(reg, requests); err != nil {
@@ -200,6 +200,7 @@ func (m *metrics) observe(route, method string, status int, d time.Duration) {
 	if !methods[method] {
 		method = "OTHER"
 	}
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-	m.duration.WithLabelValues(route, method).Observe(d.Seconds())
+	st := strconv.Itoa(status)
+	m.requests.WithLabelValues(route, method, st).Inc()
+	m.duration.WithLabelValues(route, method, st).Observe(d.Seconds())
 }

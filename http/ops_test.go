@@ -37,8 +37,8 @@ func TestMetrics(t *testing.T) {
 		`kumiko_http_requests_total{method="POST",route="/api/write",status="200"} 2`,
 		`kumiko_http_requests_total{method="GET",route="/api/inspect/:aggregateType/:id",status="403"} 1`,
 		`kumiko_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
-		`kumiko_http_request_duration_seconds_count{method="POST",route="/api/write"} 2`,
-		`kumiko_http_request_duration_seconds_bucket{method="POST",route="/api/write",le="+Inf"} 2`,
+		`kumiko_http_request_duration_seconds_count{method="POST",route="/api/write",status="200"} 2`,
+		`kumiko_http_request_duration_seconds_bucket{method="POST",route="/api/write",status="200",le="+Inf"} 2`,
 		`go_goroutines`,
 	} {
 		require.Contains(t, text, want)

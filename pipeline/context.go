@@ -118,7 +118,7 @@ func (cc *commandContext) SnapshotAggregate(spec feature.SnapshotSpec) error {
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", spec.AggregateID, err)
 	}
-	return cc.d.store.SaveSnapshotTx(cc.ctx, cc.tx, eventstore.Snapshot{
+	return cc.d.saveSnapshot(cc.ctx, cc.tx, eventstore.Snapshot{
 		TenantID: tenant, AggregateID: spec.AggregateID, AggregateType: spec.AggregateType,
 		Version: spec.Version, State: raw, SnapshotVersion: spec.SnapshotVersion,
 	})

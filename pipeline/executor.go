@@ -31,9 +31,15 @@ type Config struct {
 	// Logger receives what cannot be returned. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics registers the executor's Prometheus series
-	// (kumiko_events_appended_total, kumiko_aggregate_load_events); nil
-	// keeps them unregistered.
+	// (kumiko_events_appended_total, kumiko_events_appended_duration_seconds,
+	// kumiko_aggregate_load_events, kumiko_snapshot_write_total,
+	// kumiko_projection_rebuild_duration_seconds and
+	// kumiko_projection_lag_seconds, read from the database at each scrape);
+	// nil keeps them unregistered.
 	Metrics prometheus.Registerer
+	// MetricsTenantLabel adds a tenant label to kumiko_events_appended_total.
+	// Off by default: a series per tenant can be many series.
+	MetricsTenantLabel bool
 	// AsOfConcurrency bounds how many lists with "asOf" run at once in this
 	// process: such a list folds the entity's whole history in the caller's
 	// tenant. One more is refused at once with unavailable (reason
@@ -84,7 +90,7 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m, err := newMetrics(cfg.Metrics)
+	m, err := newMetrics(cfg.Metrics, cfg.MetricsTenantLabel)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: metrics: %w", err)
 	}
@@ -106,6 +112,11 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	}
 	if d.jobs, err = d.newJobs(cfg.Jobs); err != nil {
 		return nil, err
+	}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(newProjectionLag(d)); err != nil {
+			return nil, fmt.Errorf("pipeline: metrics: %w", err)
+		}
 	}
 	return d, nil
 }

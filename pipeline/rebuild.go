@@ -81,7 +81,9 @@ type ProjectionStatus struct {
 	// Head is the highest id of an event the projection applies.
 	Head int64 `json:"head"`
 	// Lag counts the events the projection applies after Cursor.
-	Lag           int64      `json:"lag"`
+	Lag int64 `json:"lag"`
+	// LagSeconds is the age of the oldest of those events; 0 when Lag is.
+	LagSeconds    float64    `json:"lagSeconds"`
 	LastRebuildAt *time.Time `json:"lastRebuildAt,omitempty"`
 	LastError     string     `json:"lastError,omitempty"`
 }
@@ -215,6 +217,7 @@ func (d *Executor) RebuildProjection(ctx context.Context, name string, opts Rebu
 		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", name, err)
 	}
 	r.res.Duration = time.Since(start)
+	d.metrics.rebuilds.WithLabelValues(name).Observe(r.res.Duration.Seconds())
 	return r.res, nil
 }
 
@@ -591,6 +594,13 @@ func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, 
 			if s.Cursor < s.Head {
 				if s.Lag, err = d.store.CountTx(ctx, tx, t.filter(), s.Cursor, 0); err != nil {
 					return err
+				}
+				oldest, ok, err := d.store.OldestAfterTx(ctx, tx, t.filter(), s.Cursor)
+				if err != nil {
+					return err
+				}
+				if ok {
+					s.LagSeconds = max(time.Since(oldest).Seconds(), 0)
 				}
 			}
 			out = append(out, s)

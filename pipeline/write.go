@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -142,6 +143,7 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 	} else {
 		headers = c.Headers
 	}
+	start := time.Now()
 	res, err := d.store.AppendTx(ctx, tx, stream, expected, eventstore.NewEvent{
 		Type: typ, EventVersion: et.Version, Payload: payload,
 		Metadata: eventstore.Metadata{
@@ -152,6 +154,7 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 	if err != nil {
 		return eventstore.Event{}, nil, err
 	}
+	d.metrics.appendTime.Observe(time.Since(start).Seconds())
 	ev := res.Events[0]
 	c.appended = append(c.appended, ev)
 	row, err := d.project(ctx, tx, ev)
@@ -228,10 +231,19 @@ func (d *Executor) snapshotEntity(ctx context.Context, tx pgx.Tx, t *entityTable
 	if err != nil {
 		return err
 	}
-	return d.store.SaveSnapshotTx(ctx, tx, eventstore.Snapshot{
+	return d.saveSnapshot(ctx, tx, eventstore.Snapshot{
 		TenantID: tenant, AggregateID: id, AggregateType: t.e.Name(),
 		Version: version, State: raw, SnapshotVersion: t.e.SnapshotVersion(),
 	})
+}
+
+// saveSnapshot stores snap in tx and counts it.
+func (d *Executor) saveSnapshot(ctx context.Context, tx pgx.Tx, snap eventstore.Snapshot) error {
+	if err := d.store.SaveSnapshotTx(ctx, tx, snap); err != nil {
+		return err
+	}
+	d.metrics.snapshots.WithLabelValues(snap.AggregateType).Inc()
+	return nil
 }
 
 // loadEntity folds an entity stream from its newest snapshot of the current
