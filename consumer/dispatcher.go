@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
@@ -42,7 +44,15 @@ type Config struct {
 	CollectStale bool
 	// Host and Version describe the process in its liveness record.
 	Host, Version string
+	// TracerProvider makes a span per pass that delivers events ("consumer.pass
+	// <name>"), linked to the spans that appended them (the traceparent in
+	// their metadata headers); handlers run in its context. Default: no
+	// spans.
+	TracerProvider trace.TracerProvider
 }
+
+// TracerName is the instrumentation scope of the dispatcher's spans.
+const TracerName = "github.com/kumiko-go/kumiko/consumer"
 
 // Dispatcher delivers committed events to consumers, asynchronously and
 // across any number of processes. Each consumer runs its own loop: a pass
@@ -56,6 +66,7 @@ type Dispatcher struct {
 	sql       queries
 	consumers []Consumer
 	metrics   *metrics
+	tracer    trace.Tracer
 
 	mu      sync.Mutex
 	wakers  []chan struct{}
@@ -91,7 +102,10 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 	if err != nil {
 		return nil, fmt.Errorf("event dispatcher: metrics: %w", err)
 	}
-	e := &Dispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m,
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = noop.NewTracerProvider()
+	}
+	e := &Dispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName),
 		sql: newQueries(store.Schema())}
 	seen := map[string]bool{}
 	for _, c := range consumers {

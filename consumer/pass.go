@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"slices"
 	"time"
 
@@ -123,7 +127,7 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 			res.Expired = sh.status == StatusExpired
 			return nil
 		default:
-			if waiting, newGap, err = e.deliver(ctx, tx, c, &sh, careful, &res); err != nil {
+			if waiting, newGap, err = e.deliver(ctx, tx, c, instance, &sh, careful, &res); err != nil {
 				return err
 			}
 		}
@@ -150,7 +154,7 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 // that committed events are held back by a gap (not by a failing handler);
 // newGap that the gap was first seen now. Without careful, a failing
 // handler ends it with errHandlerFailed.
-func (e *Dispatcher) deliver(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard, careful bool, res *PassResult) (waiting, newGap bool, err error) {
+func (e *Dispatcher) deliver(ctx context.Context, tx pgx.Tx, c Consumer, instance string, sh *shard, careful bool, res *PassResult) (waiting, newGap bool, err error) {
 	h, err := e.store.HorizonTx(ctx, tx)
 	if err != nil {
 		return false, false, err
@@ -162,6 +166,11 @@ func (e *Dispatcher) deliver(ctx context.Context, tx pgx.Tx, c Consumer, sh *sha
 		return false, false, err
 	}
 	deliver := deliverable(evs, sh.cursor, settled)
+	if len(evs) > 0 {
+		var span trace.Span
+		ctx, span = e.startPass(ctx, c.Name, instance, deliver)
+		defer func() { endPass(span, res, err) }()
+	}
 	applied, next, failures, failed := e.apply(ctx, tx, c, sh.cursor, deliver, careful)
 	if failed != nil && !careful {
 		return false, false, errHandlerFailed
@@ -317,6 +326,35 @@ func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor in
 		next = ev.ID
 	}
 	return applied, next, failures, failed
+}
+
+// startPass starts the span of a pass that has events to look at, linked to
+// the spans that appended the events it delivers.
+func (e *Dispatcher) startPass(ctx context.Context, name, instance string, deliver []eventstore.Event) (context.Context, trace.Span) {
+	var links []trace.Link
+	for _, ev := range deliver {
+		if len(ev.Metadata.Headers) == 0 {
+			continue
+		}
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(ev.Metadata.Headers)))
+		if sc.IsValid() && (len(links) == 0 || !links[len(links)-1].SpanContext.Equal(sc)) {
+			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.Int64("kumiko.event_id", ev.ID)}})
+		}
+	}
+	return e.tracer.Start(ctx, "consumer.pass "+name, trace.WithLinks(links...), trace.WithAttributes(
+		attribute.String("kumiko.consumer", name), attribute.String("kumiko.instance_id", instance)))
+}
+
+// endPass records what the pass did on its span and ends it.
+func endPass(span trace.Span, res *PassResult, err error) {
+	span.SetAttributes(attribute.Int("kumiko.events", res.Handled), attribute.Float64("kumiko.gap_wait_seconds", res.GapWait.Seconds()))
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case res.Failed != nil:
+		span.SetStatus(codes.Error, res.Failed.Error())
+	}
+	span.End()
 }
 
 func overlaps(a, b []string) bool {

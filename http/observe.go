@@ -14,6 +14,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // maxIDLen is the longest client-chosen request or correlation id kept.
@@ -60,7 +64,22 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if corr == "" {
 			corr = id
 		}
-		info := &requestInfo{id: id, correlation: corr, log: s.log.With("requestId", id, "correlationId", corr)}
+		route := c.Path()
+		if !s.routes[route] {
+			route = "unmatched"
+		}
+		ctx := propagation.TraceContext{}.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
+		ctx, span := s.tracer.Start(ctx, req.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", req.Method), attribute.String("http.route", route),
+				attribute.String("kumiko.request_id", id)))
+		defer span.End()
+		req = req.WithContext(ctx)
+		c.SetRequest(req)
+		logger := s.log.With("requestId", id, "correlationId", corr)
+		if sc := span.SpanContext(); sc.IsValid() {
+			logger = logger.With("traceId", sc.TraceID().String())
+		}
+		info := &requestInfo{id: id, correlation: corr, log: logger}
 		c.Set(keyInfo, info)
 		h := c.Response().Header()
 		h.Set(HeaderRequestID, id)
@@ -71,19 +90,23 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Error(err)
 		}
 
-		route := c.Path()
-		if !s.routes[route] {
-			route = "unmatched"
-		}
 		status := c.Response().Status
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
 		elapsed := time.Since(start)
 		s.metrics.observe(route, req.Method, status, elapsed)
 		level := slog.LevelInfo
 		if probes[route] && status < 500 {
 			level = slog.LevelDebug // scraped every few seconds: not worth a line each
 		}
-		info.log.Log(req.Context(), level, "request", "method", req.Method, "route", route, "path", req.URL.Path,
-			"status", status, "bytes", c.Response().Size, "duration", elapsed)
+		attrs := []any{"method", req.Method, "route", route, "path", req.URL.Path,
+			"status", status, "bytes", c.Response().Size, "duration", elapsed}
+		if u := userOf(c); u.Authenticated {
+			attrs = append(attrs, "tenant", u.TenantID.String(), "user", u.ID)
+		}
+		info.log.Log(req.Context(), level, "request", attrs...)
 		return nil
 	}
 }

@@ -27,6 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/idempotency"
@@ -47,6 +49,9 @@ const (
 	// key at least as long as the HS256 hash output.
 	MinSecretLen = 32
 )
+
+// TracerName is the instrumentation scope of the adapter's spans.
+const TracerName = "github.com/kumiko-go/kumiko/http"
 
 // Header names the adapter reads and writes.
 const (
@@ -151,6 +156,10 @@ type Config struct {
 	// answer the pipeline's own record would give. A larger 4xx is not
 	// recorded (nothing was applied): a retry runs again. Default 64 KiB.
 	IdempotencyMaxResponse int
+	// TracerProvider makes a server span per request (named "<METHOD>
+	// <route>"), continuing a W3C traceparent the client sends. Default: no
+	// spans (a no-op provider).
+	TracerProvider trace.TracerProvider
 	// Logger receives one line per request and every 5xx with its cause,
 	// each with the request id. Default slog.Default().
 	Logger *slog.Logger
@@ -208,6 +217,9 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
+	}
 	if c.Metrics == nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -255,6 +267,7 @@ type Server struct {
 	store   *eventstore.Store
 	e       *echo.Echo
 	log     *slog.Logger
+	tracer  trace.Tracer
 	auth    *authenticator
 	metrics *metrics
 	// routes are the registered route paths, the only values the route
@@ -282,7 +295,7 @@ func NewServer(cfg Config, d *pipeline.Executor, store *eventstore.Store) (*Serv
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, d: d, store: store, log: cfg.Logger, metrics: m,
+		cfg: cfg, d: d, store: store, log: cfg.Logger, metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName),
 		auth: newAuthenticator(cfg), routes: map[string]bool{},
 	}
 	s.hub.guard = newReadGuard(d.Registry())

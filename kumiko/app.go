@@ -134,7 +134,8 @@ func (a *App) wire() error {
 	}
 	if p.Executor, err = pipeline.New(p.Registry, p.Store, pipeline.Config{
 		Logger: cfg.Logger, Metrics: p.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
-		Jobs: jobs.Config{Logger: cfg.Logger, Metrics: p.Metrics},
+		Jobs:           jobs.Config{Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider},
+		TracerProvider: cfg.TracerProvider,
 	}); err != nil {
 		return err
 	}
@@ -161,7 +162,7 @@ func (a *App) wire() error {
 		consumers = append(consumers, p.HTTP.EventsConsumer()) // feeds GET /api/events
 	}
 	p.Events, err = consumer.New(p.Store, consumer.Config{
-		InstanceID: cfg.InstanceID, Logger: cfg.Logger, Metrics: p.Metrics,
+		InstanceID: cfg.InstanceID, Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider,
 		Heartbeat: cfg.InstanceHeartbeat, StaleAfter: cfg.InstanceStaleAfter, CollectStale: cfg.CollectStaleInstances,
 		Host: hostname(), Version: buildVersion(),
 	}, consumers...)
@@ -197,6 +198,7 @@ func (a *App) wireHTTP() error {
 		Idempotency:         p.Idempotency,
 		IdempotencyFailOpen: cfg.IdempotencyFailOpen,
 		Logger:              cfg.Logger,
+		TracerProvider:      cfg.TracerProvider,
 		Metrics:             p.Metrics,
 		Gatherer:            p.Metrics,
 		Ready:               p.Pool.Ping,

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kumiko-go/kumiko/consumer"
 	khttp "github.com/kumiko-go/kumiko/http"
@@ -128,6 +129,11 @@ type Config struct {
 	IdleInTransactionTimeout time.Duration
 	// Logger for everything the server logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider receives the spans of HTTP requests, writes, commands
+	// and queries (with their validate, load, event.append and project
+	// steps) and consumer passes. Nil: no spans, unless Main finds the
+	// standard OTEL_* variables and exports them over OTLP.
+	TracerProvider trace.TracerProvider
 
 	// Limits of the HTTP server. A negative timeout turns it off.
 

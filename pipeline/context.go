@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"math"
 	"slices"
 	"strings"
@@ -51,8 +53,11 @@ func (cc *commandContext) LoadAggregate(id uuid.UUID, aggregateType string, opts
 	if opts.Version > math.MaxInt32 {
 		opts.Version = 0 // past the integer version column: no stream is that long
 	}
-	evs, err := cc.d.store.LoadTx(cc.ctx, cc.tx, cc.tenantFor(aggregateType), id,
+	ctx, span := cc.d.tracer.Start(cc.ctx, "load", trace.WithAttributes(attribute.String("kumiko.aggregate_type", aggregateType)))
+	evs, err := cc.d.store.LoadTx(ctx, cc.tx, cc.tenantFor(aggregateType), id,
 		eventstore.LoadOptions{AsOf: opts.AsOf, UpToVersion: opts.Version})
+	span.SetAttributes(attribute.Int("kumiko.events", len(evs)))
+	endSpan(span, err)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +88,10 @@ func (cc *commandContext) FetchForWriting(id uuid.UUID, aggregateType string, ex
 }
 
 func (cc *commandContext) LoadAggregateWithSnapshot(id uuid.UUID, aggregateType string, snapshotVersion int) (feature.Snapshot, feature.Aggregate, error) {
-	snap, evs, err := cc.d.store.LoadWithSnapshotTx(cc.ctx, cc.tx, cc.tenantFor(aggregateType), id, snapshotVersion, eventstore.LoadOptions{})
+	ctx, span := cc.d.tracer.Start(cc.ctx, "load", trace.WithAttributes(attribute.String("kumiko.aggregate_type", aggregateType)))
+	snap, evs, err := cc.d.store.LoadWithSnapshotTx(ctx, cc.tx, cc.tenantFor(aggregateType), id, snapshotVersion, eventstore.LoadOptions{})
+	span.SetAttributes(attribute.Int("kumiko.events", len(evs)))
+	endSpan(span, err)
 	if err != nil {
 		return feature.Snapshot{}, nil, err
 	}

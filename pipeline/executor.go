@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -37,6 +40,9 @@ type Config struct {
 	// kumiko_projection_lag_seconds, read from the database at each scrape);
 	// nil keeps them unregistered.
 	Metrics prometheus.Registerer
+	// TracerProvider makes the executor's spans (see TracerName). Default:
+	// no spans.
+	TracerProvider trace.TracerProvider
 	// MetricsTenantLabel adds a tenant label to kumiko_events_appended_total.
 	// Off by default: a series per tenant can be many series.
 	MetricsTenantLabel bool
@@ -68,6 +74,7 @@ type Executor struct {
 	schema  string
 	log     *slog.Logger
 	metrics *metrics
+	tracer  trace.Tracer
 	sql     queries
 	// consumers operates the state of the multi-stream projections'
 	// consumers, which a rebuild stops and moves.
@@ -90,13 +97,16 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = noop.NewTracerProvider()
+	}
 	m, err := newMetrics(cfg.Metrics, cfg.MetricsTenantLabel)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: metrics: %w", err)
 	}
 	d := &Executor{
 		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
-		metrics: m, sql: newQueries(store.Schema()), consumers: consumer.NewOps(store), entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
+		metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName), sql: newQueries(store.Schema()), consumers: consumer.NewOps(store), entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
 	}
 	if cfg.AsOfConcurrency == 0 {
 		cfg.AsOfConcurrency = DefaultAsOfConcurrency
@@ -166,19 +176,20 @@ func (d *Executor) Command(ctx context.Context, c Caller, req Request) (any, err
 	return d.writeOne(ctx, c, req, registry.KindCommand)
 }
 
-func (d *Executor) writeOne(ctx context.Context, c Caller, req Request, kind registry.HandlerKind) (any, error) {
-	h, in, gerr := d.gate(c, req, kind)
+func (d *Executor) writeOne(ctx context.Context, c Caller, req Request, kind registry.HandlerKind) (out any, err error) {
+	ctx, span := d.tracer.Start(ctx, "cmd."+req.Type, trace.WithAttributes(attribute.String("kumiko.type", req.Type)))
+	defer func() { endSpan(span, err) }()
+	h, in, gerr := d.gate(ctx, c, req, kind)
 	if gerr != nil {
 		return nil, gerr
 	}
-	var out any
-	err := d.inWriteTx(ctx, &c, func(ctx context.Context, tx pgx.Tx) error {
+	werr := d.inWriteTx(ctx, &c, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		out, err = d.execute(ctx, tx, &c, h, in)
 		return err
 	})
-	if err != nil {
-		return nil, err
+	if werr != nil {
+		return nil, werr
 	}
 	return out, nil
 }
@@ -186,14 +197,16 @@ func (d *Executor) writeOne(ctx context.Context, c Caller, req Request, kind reg
 // Batch runs writes and commands in one transaction: all take effect or none.
 // Every request passes its gates before any runs; a failure is an *Error
 // whose Details["failedIndex"] names the request.
-func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) ([]any, error) {
+func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any, berr error) {
+	ctx, span := d.tracer.Start(ctx, "batch", trace.WithAttributes(attribute.Int("kumiko.commands", len(reqs))))
+	defer func() { endSpan(span, berr) }()
 	if len(reqs) == 0 || len(reqs) > MaxBatch {
 		return nil, newError(CodeValidation, "", fmt.Sprintf("a batch holds 1 to %d commands, got %d", MaxBatch, len(reqs)), nil)
 	}
 	hs := make([]registry.Handler, len(reqs))
 	ins := make([]any, len(reqs))
 	for i, req := range reqs {
-		h, in, gerr := d.gate(c, req, registry.KindWrite, registry.KindCommand)
+		h, in, gerr := d.gate(ctx, c, req, registry.KindWrite, registry.KindCommand)
 		if gerr != nil {
 			return nil, gerr.with("failedIndex", i)
 		}
@@ -239,8 +252,10 @@ func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context
 
 // Query runs a CRUD list or detail or a query handler. Query handlers run in
 // a read-only transaction.
-func (d *Executor) Query(ctx context.Context, c Caller, req Request) (any, error) {
-	h, in, gerr := d.gate(c, req, registry.KindQuery)
+func (d *Executor) Query(ctx context.Context, c Caller, req Request) (_ any, qerr error) {
+	ctx, span := d.tracer.Start(ctx, "query."+req.Type, trace.WithAttributes(attribute.String("kumiko.type", req.Type)))
+	defer func() { endSpan(span, qerr) }()
+	h, in, gerr := d.gate(ctx, c, req, registry.KindQuery)
 	if gerr != nil {
 		return nil, gerr
 	}
@@ -271,7 +286,15 @@ func (d *Executor) Query(ctx context.Context, c Caller, req Request) (any, error
 // gate runs the checks every request passes before its handler, in order:
 // the handler exists (for this kind of request), the caller may call it, the
 // payload is valid, and the caller may write the fields it sends.
-func (d *Executor) gate(c Caller, req Request, kinds ...registry.HandlerKind) (registry.Handler, any, *Error) {
+func (d *Executor) gate(ctx context.Context, c Caller, req Request, kinds ...registry.HandlerKind) (_ registry.Handler, _ any, gerr *Error) {
+	_, span := d.tracer.Start(ctx, "validate")
+	defer func() {
+		if gerr != nil {
+			endSpan(span, gerr)
+			return
+		}
+		span.End()
+	}()
 	h, ok := d.reg.Handler(req.Type)
 	if !ok || !slices.Contains(kinds, h.Kind) {
 		return h, nil, notFoundf("handler_not_found", "no %s handler %q", kinds[0], req.Type)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"maps"
 	"time"
 
@@ -143,8 +145,11 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 	} else {
 		headers = c.Headers
 	}
+	headers = withTraceparent(ctx, headers)
+	actx, span := d.tracer.Start(ctx, "event.append", trace.WithAttributes(
+		attribute.String("kumiko.event_type", typ), attribute.String("kumiko.aggregate_type", stream.AggregateType)))
 	start := time.Now()
-	res, err := d.store.AppendTx(ctx, tx, stream, expected, eventstore.NewEvent{
+	res, err := d.store.AppendTx(actx, tx, stream, expected, eventstore.NewEvent{
 		Type: typ, EventVersion: et.Version, Payload: payload,
 		Metadata: eventstore.Metadata{
 			UserID: c.User.ID, RequestID: c.RequestID, CorrelationID: c.CorrelationID,
@@ -152,12 +157,18 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 		},
 	})
 	if err != nil {
+		endSpan(span, err)
 		return eventstore.Event{}, nil, err
 	}
 	d.metrics.appendTime.Observe(time.Since(start).Seconds())
 	ev := res.Events[0]
+	span.SetAttributes(attribute.Int64("kumiko.event_id", ev.ID), attribute.String("kumiko.aggregate_id", ev.AggregateID.String()),
+		attribute.Int("kumiko.version", ev.Version))
+	span.End()
 	c.appended = append(c.appended, ev)
-	row, err := d.project(ctx, tx, ev)
+	pctx, pspan := d.tracer.Start(ctx, "project")
+	row, err := d.project(pctx, tx, ev)
+	endSpan(pspan, err)
 	return ev, row, err
 }
 
@@ -249,7 +260,10 @@ func (d *Executor) saveSnapshot(ctx context.Context, tx pgx.Tx, snap eventstore.
 // loadEntity folds an entity stream from its newest snapshot of the current
 // generation plus the events after it; the result equals the full fold.
 func (d *Executor) loadEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) (map[string]any, int, error) {
-	snap, evs, err := d.store.LoadWithSnapshotTx(ctx, tx, tenant, id, t.e.SnapshotVersion(), eventstore.LoadOptions{})
+	lctx, span := d.tracer.Start(ctx, "load", trace.WithAttributes(attribute.String("kumiko.aggregate_type", t.e.Name())))
+	snap, evs, err := d.store.LoadWithSnapshotTx(lctx, tx, tenant, id, t.e.SnapshotVersion(), eventstore.LoadOptions{})
+	span.SetAttributes(attribute.Int("kumiko.events", len(evs)))
+	endSpan(span, err)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -1,0 +1,93 @@
+package kumiko_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/kumiko"
+	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/samples/tasks"
+)
+
+// One HTTP write that a multi-stream projection then handles: the server
+// span is the root, cmd.task.create its child, validate, load-free
+// event.append and project the command's children; the event carries the
+// command's trace context, and the projection's consumer pass links to it.
+func TestTraceOfAWriteAndItsConsumer(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	app, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
+		Addr: "127.0.0.1:0", InstanceID: "trace-1", TracerProvider: tp}, tasks.Feature, counter)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+
+	post(t, "http://"+app.Addr()+"/api/write", issue(t, []string{"User"}), `{"type":"task.create","payload":{"title":"traced"}}`, http.StatusOK)
+
+	byName := func(name string) []tracetest.SpanStub {
+		var out []tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			if s.Name == name {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	// The counter's pass ends after the write answered: wait for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(byName("consumer.pass task-counter")) == 0 {
+		require.True(t, time.Now().Before(deadline), "no pass of task-counter was traced")
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+
+	server := byName("POST /api/write")
+	require.Len(t, server, 1)
+	require.False(t, server[0].Parent.IsValid(), "the server span is the root")
+	cmd := byName("cmd.task.create")
+	require.Len(t, cmd, 1)
+	require.Equal(t, server[0].SpanContext.SpanID(), cmd[0].Parent.SpanID(), "cmd is the server span's child")
+	require.Equal(t, server[0].SpanContext.TraceID(), cmd[0].SpanContext.TraceID())
+	for _, name := range []string{"validate", "event.append", "project"} {
+		var children []tracetest.SpanStub
+		for _, s := range byName(name) {
+			if s.Parent.SpanID() == cmd[0].SpanContext.SpanID() {
+				children = append(children, s)
+			}
+		}
+		require.Len(t, children, 1, "%s is a child of cmd.task.create", name)
+	}
+
+	// The stored event carries the command's trace context.
+	var stored eventstore.Event
+	for e, err := range app.Parts().Store.ReadAll(ctx, 0, eventstore.ReadFilter{Types: []string{"task.created"}}) {
+		require.NoError(t, err)
+		stored = e
+	}
+	tp0 := stored.Metadata.Headers[pipeline.HeaderTraceparent]
+	require.Contains(t, tp0, cmd[0].SpanContext.TraceID().String())
+	require.True(t, strings.Contains(tp0, cmd[0].SpanContext.SpanID().String()), tp0)
+
+	// The consumer's pass links to that request.
+	var linked bool
+	for _, pass := range byName("consumer.pass task-counter") {
+		for _, l := range pass.Links {
+			if l.SpanContext.TraceID() == server[0].SpanContext.TraceID() && l.SpanContext.SpanID() == cmd[0].SpanContext.SpanID() {
+				linked = true
+			}
+		}
+	}
+	require.True(t, linked, "a pass of task-counter links to cmd.task.create")
+}
