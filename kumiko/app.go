@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -274,6 +275,18 @@ func (a *App) Start(ctx context.Context) error {
 			a.stops = append(a.stops, s.stop)
 		}
 	}
+	cfg := a.parts.Config
+	attrs := []any{"name", cfg.Name, "instance_id", cfg.InstanceID, "schema", cfg.Schema}
+	if a.withHTTP {
+		attrs = append(attrs, "addr", a.Addr())
+	}
+	if cfg.MetricsAddr != "" {
+		attrs = append(attrs, "metrics_addr", a.MetricsAddr())
+	}
+	if !a.withHTTP {
+		attrs = append(attrs, "worker", true)
+	}
+	cfg.Logger.Info("kumiko: started", attrs...)
 	return nil
 }
 
@@ -290,12 +303,23 @@ func (a *App) Stop(ctx context.Context) error {
 }
 
 func (a *App) stopStarted(ctx context.Context) error {
+	if len(a.stops) == 0 {
+		return nil
+	}
+	start := time.Now()
 	var errs []error
 	for i := len(a.stops) - 1; i >= 0; i-- {
 		errs = append(errs, a.stops[i](ctx))
 	}
 	a.stops = nil
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	cfg := a.parts.Config
+	if err != nil {
+		cfg.Logger.Error("kumiko: stopped", "name", cfg.Name, "instance_id", cfg.InstanceID, "duration", time.Since(start), "err", err)
+	} else {
+		cfg.Logger.Info("kumiko: stopped", "name", cfg.Name, "instance_id", cfg.InstanceID, "duration", time.Since(start))
+	}
+	return err
 }
 
 // close releases what New opened.

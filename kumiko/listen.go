@@ -57,7 +57,7 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 					cfg.Logger.Error("kumiko: "+what+" server stopped", "err", err)
 				}
 			}()
-			cfg.Logger.Info("kumiko: serving "+what, "addr", ln.Addr().String(), "instance_id", cfg.InstanceID)
+			cfg.Logger.Debug("kumiko: serving "+what, "addr", ln.Addr().String(), "instance_id", cfg.InstanceID)
 			return nil
 		},
 		stop: func(ctx context.Context) error {

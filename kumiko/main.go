@@ -2,8 +2,11 @@ package kumiko
 
 import (
 	"context"
+	"errors"
+	"os"
 
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/ops"
@@ -31,6 +34,9 @@ func Main(cfg Config, features ...*feature.Feature) { ops.Execute(NewCommand(cfg
 // NewCommand returns Main's command tree, for binaries that add commands of
 // their own.
 func NewCommand(cfg Config, features ...*feature.Feature) *cobra.Command {
+	if cfg.Logger == nil {
+		cfg.Logger = ops.DefaultLogger(os.Stderr)
+	}
 	return ops.NewCommand(ops.App{
 		Name:     cfg.WithDefaults().Name,
 		Features: features,
@@ -47,15 +53,28 @@ func NewCommand(cfg Config, features ...*feature.Feature) *cobra.Command {
 		Build: func(ctx context.Context, s ops.Settings, withHTTP bool) (ops.Server, error) {
 			c := cfg.FromEnv().WithDefaults()
 			c.DatabaseURL, c.JWTSecret = s.DatabaseURL, s.JWTSecret
+			var tp *sdktrace.TracerProvider
+			if c.TracerProvider == nil {
+				var err error
+				if tp, err = tracerFromEnv(ctx, c.Name); err != nil {
+					return nil, err
+				}
+				if tp != nil {
+					c.TracerProvider = tp
+				}
+			}
 			build := New
 			if !withHTTP {
 				build = BuildWorker
 			}
 			app, err := build(ctx, c, features...)
 			if err != nil {
+				if tp != nil {
+					err = errors.Join(err, tp.Shutdown(ctx))
+				}
 				return nil, err
 			}
-			return opsServer{app}, nil
+			return opsServer{App: app, tracer: tp}, nil
 		},
 	})
 }
@@ -64,14 +83,27 @@ func NewCommand(cfg Config, features ...*feature.Feature) *cobra.Command {
 func (c Config) settings() ops.Settings {
 	return ops.Settings{
 		Name: c.Name, DatabaseURL: c.DatabaseURL, Schema: c.Schema,
-		JWTSecret: c.JWTSecret, JWTIssuer: c.JWTIssuer, JWTAudience: c.JWTAudience,
+		JWTSecret: c.JWTSecret, KeySet: c.JWKSURL != "" || c.OIDCIssuer != "", JWTIssuer: c.JWTIssuer, JWTAudience: c.JWTAudience,
 		AdminRole: c.AdminRole, OperatorRole: c.OperatorRole, RabbitMQURL: c.RabbitMQURL,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: c.Logger,
 	}
 }
 
-// opsServer is an App as the serve and worker commands run it.
-type opsServer struct{ *App }
+// opsServer is an App as the serve and worker commands run it, with the
+// tracer provider Main made from the environment (nil when none), flushed
+// when the app stops.
+type opsServer struct {
+	*App
+	tracer *sdktrace.TracerProvider
+}
+
+func (s opsServer) Stop(ctx context.Context) error {
+	err := s.App.Stop(ctx)
+	if s.tracer != nil {
+		err = errors.Join(err, s.tracer.Shutdown(ctx))
+	}
+	return err
+}
 
 func (s opsServer) InstanceID() string           { return s.parts.Config.InstanceID }
 func (s opsServer) Registry() *registry.Registry { return s.parts.Registry }

@@ -39,7 +39,8 @@ type Settings struct {
 	Name            string // the app's name; the development database is named after it
 	DatabaseURL     string // empty: the local development server
 	Schema          string // the schema holding the kumiko tables
-	JWTSecret       string // empty: the development secret
+	JWTSecret       string // empty: the development secret, unless KeySet
+	KeySet          bool   // tokens are verified with a JWKS URL or an OIDC issuer
 	JWTIssuer       string // iss claim of issued tokens, when set
 	JWTAudience     string // aud claim of issued tokens, when set
 	AdminRole       string // the tenant admin role
@@ -159,9 +160,19 @@ func (s Settings) fromEnv() Settings {
 		s.Name = defaultName
 	}
 	if s.Logger == nil {
-		s.Logger = slog.Default()
+		s.Logger = DefaultLogger(os.Stderr)
 	}
 	return s
+}
+
+// DefaultLogger is the logger of an app binary that configures none: text
+// for a person when w is a terminal, one JSON object per line otherwise (in
+// production, for the log pipeline), at level Info.
+func DefaultLogger(w *os.File) *slog.Logger {
+	if fi, err := w.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
 }
 
 // serve builds the app (validating the configuration and the features
@@ -173,7 +184,7 @@ func serve(ctx context.Context, out io.Writer, app App, withHTTP bool) error {
 	if s.DatabaseURL == "" {
 		s.DatabaseURL, devDB, dev = devDatabaseURL(s.Name), true, true
 	}
-	if s.JWTSecret == "" {
+	if s.JWTSecret == "" && !s.KeySet {
 		s.Logger.Warn("kumiko: no KUMIKO_JWT_SECRET; using the development secret")
 		s.JWTSecret, dev = devJWTSecret, true
 	}
