@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	khttp "github.com/kumiko-go/kumiko/http"
@@ -51,7 +53,8 @@ func (b *bench) httpRows(ctx context.Context) ([]row, error) {
 	}
 	// Registered first, so it runs after the server stopped; rawStore never
 	// appends: nothing to wait for.
-	defer dropSchemas(b.pool, rawStore, fwSchema, rawSchema)
+	tracedSchema := fwSchema + "_traced"
+	defer dropSchemas(b.pool, rawStore, fwSchema, rawSchema, tracedSchema)
 	if err := migrateAll(ctx, rawStore); err != nil {
 		return nil, err
 	}
@@ -63,69 +66,12 @@ func (b *bench) httpRows(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 
-	redisURL := os.Getenv("REDIS_URL")
-	if redisURL == "" {
-		redisURL = defaultRedisURL
-	}
-	secret := randomHex(32)
-	app, err := kumiko.BuildServer(ctx, kumiko.Config{
-		DatabaseURL: b.pool.Config().ConnString(),
-		Schema:      fwSchema,
-		JWTSecret:   secret,
-		Addr:        "127.0.0.1:0",
-		InstanceID:  "bench",
-		RedisURL:    redisURL,
-		Logger:      serverLogger(),
-	}, benchFeature)
+	app, post, err := b.startServer(ctx, reg, fwSchema, nil)
 	if err != nil {
-		return nil, err
-	}
-	if err := app.Start(ctx); err != nil {
 		return nil, err
 	}
 	defer stopServer(app)
-
-	token, err := khttp.IssueToken([]byte(secret), benchUser, b.tenant.String(), []string{"User"}, time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	transport := &http.Transport{ // no proxy; keep-alive on; a connection per writer
-		MaxIdleConns:        16,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     time.Minute,
-	}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport}
-
 	handler := registry.VerbCreate.HandlerName("bench_item")
-	writeURL := "http://" + app.Addr() + "/api/write"
-	body := []byte(`{"type":"` + handler + `","payload":` + createPayload + `}`)
-	bearer := "Bearer " + token
-	// Keys are unique per request and per run: a key of an earlier run still
-	// in Redis would be replayed instead of written.
-	keyPrefix := "bench-" + randomHex(8) + "-"
-	var keySeq atomic.Uint64
-	post := func(ctx context.Context, _ int) (int, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, writeURL, bytes.NewReader(body))
-		if err != nil {
-			return 0, err
-		}
-		req.Header.Set("Authorization", bearer)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(khttp.HeaderIdempotencyKey, keyPrefix+strconv.FormatUint(keySeq.Add(1), 10))
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		err = written(resp)
-		if cerr := resp.Body.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return 0, err
-		}
-		return 1, nil
-	}
 
 	// The raw transaction of the dispatcher rows, on the raw schema's tables.
 	in, err := reg.DecodePayload(handler, json.RawMessage(createPayload))
@@ -171,7 +117,101 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 			return rows, err
 		}
 	}
-	return rows, nil
+
+	// The same write with every span recorded and handed to an exporter
+	// that drops it, next to the server without tracing.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discardSpans{}))
+	defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+	traced, tracedPost, err := b.startServer(ctx, reg, tracedSchema, tp)
+	if err != nil {
+		return rows, err
+	}
+	defer stopServer(traced)
+	r, err := b.compare(ctx, pair{
+		name:    "HTTP create traced (no-op exporter) vs untraced, " + writers(16),
+		unit:    "writes/s",
+		workers: 16,
+		goal:    atLeastOfRaw(0.95), // tracing costs at most 5 %
+		fw:      tracedPost,
+		raw:     post,
+	})
+	return append(rows, r), err
+}
+
+// discardSpans is a span exporter that drops every span: what tracing costs
+// the server without the cost of a backend.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
+
+// startServer starts a kumiko server for reg in schema, traced by tp (nil:
+// not traced), and returns it with an operation that posts one create
+// through it (loopback TCP, bearer token, a fresh Idempotency-Key claimed in
+// Redis).
+func (b *bench) startServer(ctx context.Context, reg *registry.Registry, schema string, tp trace.TracerProvider) (*kumiko.App, opFunc, error) {
+	redisURL := os.Getenv("REDIS_URL")
+	if redisURL == "" {
+		redisURL = defaultRedisURL
+	}
+	secret := randomHex(32)
+	app, err := kumiko.BuildServer(ctx, kumiko.Config{
+		DatabaseURL:    b.pool.Config().ConnString(),
+		Schema:         schema,
+		JWTSecret:      secret,
+		Addr:           "127.0.0.1:0",
+		InstanceID:     "bench",
+		RedisURL:       redisURL,
+		Logger:         serverLogger(),
+		TracerProvider: tp,
+	}, benchFeature)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := app.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	token, err := khttp.IssueToken([]byte(secret), benchUser, b.tenant.String(), []string{"User"}, time.Hour)
+	if err != nil {
+		stopServer(app)
+		return nil, nil, err
+	}
+	transport := &http.Transport{ // no proxy; keep-alive on; a connection per writer
+		MaxIdleConns:        16,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     time.Minute,
+	}
+	client := &http.Client{Transport: transport}
+	handler := registry.VerbCreate.HandlerName("bench_item")
+	writeURL := "http://" + app.Addr() + "/api/write"
+	body := []byte(`{"type":"` + handler + `","payload":` + createPayload + `}`)
+	bearer := "Bearer " + token
+	// Keys are unique per request and per run: a key of an earlier run still
+	// in Redis would be replayed instead of written.
+	keyPrefix := "bench-" + randomHex(8) + "-"
+	var keySeq atomic.Uint64
+	post := func(ctx context.Context, _ int) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, writeURL, bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Authorization", bearer)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(khttp.HeaderIdempotencyKey, keyPrefix+strconv.FormatUint(keySeq.Add(1), 10))
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		err = written(resp)
+		if cerr := resp.Body.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
+	return app, post, nil
 }
 
 // written checks that resp answers a fresh write (200, not a replay) and
