@@ -65,7 +65,7 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
 	SELECT replace(indexdef, $1 || '.', '') FROM pg_indexes WHERE schemaname = $1
 	UNION ALL
 	SELECT (SELECT relname FROM pg_class WHERE oid = conrelid) || ' ' || pg_get_constraintdef(oid) FROM pg_constraint WHERE connamespace = $1::regnamespace
-) l WHERE line NOT LIKE '%kumiko_%_migrations%'`, schema).Scan(&s)
+) l WHERE line NOT LIKE '%kumiko_%_migrations%' AND line NOT LIKE '%river_%'`, schema).Scan(&s)
 	require.NoError(t, err)
 	return strings.ReplaceAll(s, schema+".", "")
 }
