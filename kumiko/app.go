@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -122,6 +123,9 @@ func newPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		// A startup parameter: no round trip on any request.
 		ms := max(cfg.IdleInTransactionTimeout.Milliseconds(), 1) // 0 would switch it off
 		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(ms, 10)
+	}
+	if cfg.TraceDatabase && cfg.TracerProvider != nil {
+		pc.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(cfg.TracerProvider))
 	}
 	return pgxpool.NewWithConfig(ctx, pc)
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,6 +135,12 @@ type Config struct {
 	// steps) and consumer passes. Nil: no spans, unless Main finds the
 	// standard OTEL_* variables and exports them over OTLP.
 	TracerProvider trace.TracerProvider
+	// TraceDatabase adds a span for every SQL statement, batch, copy and
+	// connection the server's pool runs, as children of the spans above
+	// (otelpgx: the statement text, never its arguments). Off by default:
+	// it costs per statement and multiplies the spans. Without a
+	// TracerProvider it does nothing.
+	TraceDatabase bool
 
 	// Limits of the HTTP server. A negative timeout turns it off.
 
@@ -316,7 +323,8 @@ func (c Config) validate() error {
 // REDIS_URL, RABBITMQ_URL, KUMIKO_JWT_SECRET, KUMIKO_JWT_ISSUER, KUMIKO_JWT_AUDIENCE,
 // KUMIKO_JWKS_URL, KUMIKO_OIDC_ISSUER, KUMIKO_CORS_ORIGINS (comma-separated),
 // KUMIKO_ADMIN_ROLE, KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR,
-// KUMIKO_SCHEMA and KUMIKO_INSTANCE_ID. Only Main and the commands call it;
+// KUMIKO_SCHEMA, KUMIKO_INSTANCE_ID and KUMIKO_TRACE_DATABASE (true or 1:
+// TraceDatabase). Only Main and the commands call it;
 // the library never reads the environment.
 func (c Config) FromEnv() Config {
 	set := func(field *string, env string) {
@@ -345,5 +353,8 @@ func (c Config) FromEnv() Config {
 	set(&c.Addr, "KUMIKO_ADDR")
 	set(&c.Schema, "KUMIKO_SCHEMA")
 	set(&c.InstanceID, "KUMIKO_INSTANCE_ID")
+	if !c.TraceDatabase {
+		c.TraceDatabase, _ = strconv.ParseBool(os.Getenv("KUMIKO_TRACE_DATABASE"))
+	}
 	return c
 }

@@ -129,6 +129,9 @@ func TestConfigFromEnv(t *testing.T) {
 	require.Equal(t, "explicit", cfg.InstanceID, "configured values win over the environment")
 	require.Equal(t, ":9999", cfg.Addr)
 	require.Equal(t, "pod-7", kumiko.Config{}.FromEnv().InstanceID)
+	require.False(t, kumiko.Config{}.FromEnv().TraceDatabase)
+	t.Setenv("KUMIKO_TRACE_DATABASE", "true")
+	require.True(t, kumiko.Config{}.FromEnv().TraceDatabase)
 
 	t.Setenv("KUMIKO_INSTANCE_ID", "__shared__")
 	_, err := kumiko.BuildServer(context.Background(), kumiko.Config{JWTSecret: secret}.FromEnv(), tasks.Feature)

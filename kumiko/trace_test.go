@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/kumiko"
@@ -90,4 +91,68 @@ func TestTraceOfAWriteAndItsConsumer(t *testing.T) {
 		}
 	}
 	require.True(t, linked, "a pass of task-counter links to cmd.task.create")
+
+	for _, s := range exp.GetSpans() {
+		_, isDB := dbQueryText(s)
+		require.False(t, isDB, "no database spans unless Config.TraceDatabase: %s", s.Name)
+	}
+}
+
+// With TraceDatabase the statements of a write are spans inside the
+// request's trace, below the command; without it (the test above) there
+// are none.
+func TestDatabaseSpans(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	app, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
+		Addr: "127.0.0.1:0", InstanceID: "trace-db", TracerProvider: tp, TraceDatabase: true}, tasks.Feature)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+
+	post(t, "http://"+app.Addr()+"/api/write", issue(t, []string{"User"}), `{"type":"task.create","payload":{"title":"traced"}}`, http.StatusOK)
+
+	spans := exp.GetSpans()
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	var cmd tracetest.SpanStub
+	for _, s := range spans {
+		byID[s.SpanContext.SpanID()] = s
+		if s.Name == "cmd.task.create" {
+			cmd = s
+		}
+	}
+	require.True(t, cmd.SpanContext.IsValid(), "the command was traced")
+	below := func(s tracetest.SpanStub, ancestor trace.SpanID) bool {
+		for p := s.Parent.SpanID(); p.IsValid(); p = byID[p].Parent.SpanID() {
+			if p == ancestor {
+				return true
+			}
+		}
+		return false
+	}
+	var appendSQL bool
+	for _, s := range spans {
+		sql, ok := dbQueryText(s)
+		if !ok || !strings.Contains(sql, "kumiko_events") || !strings.Contains(strings.ToUpper(sql), "INSERT") {
+			continue
+		}
+		require.Equal(t, cmd.SpanContext.TraceID(), s.SpanContext.TraceID(), "the insert is in the request's trace")
+		require.True(t, below(s, cmd.SpanContext.SpanID()), "the insert %q is below cmd.task.create", s.Name)
+		appendSQL = true
+	}
+	require.True(t, appendSQL, "the event's INSERT was traced")
+}
+
+// dbQueryText is a database span's statement.
+func dbQueryText(s tracetest.SpanStub) (string, bool) {
+	for _, a := range s.Attributes {
+		if a.Key == "db.query.text" {
+			return a.Value.AsString(), true
+		}
+	}
+	return "", false
 }

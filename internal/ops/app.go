@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
@@ -169,7 +170,7 @@ func (s Settings) fromEnv() Settings {
 // for a person when w is a terminal, one JSON object per line otherwise (in
 // production, for the log pipeline), at level Info.
 func DefaultLogger(w *os.File) *slog.Logger {
-	if fi, err := w.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+	if term.IsTerminal(int(w.Fd())) {
 		return slog.New(slog.NewTextHandler(w, nil))
 	}
 	return slog.New(slog.NewJSONHandler(w, nil))
