@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -169,22 +170,27 @@ func nilIfEmpty(s []string) []string {
 func (s *Store) scanEvents(rows pgx.Rows) ([]Event, error) {
 	defer rows.Close()
 	var evs []Event
+	var payload, meta []byte
 	for rows.Next() {
-		var (
-			e    Event
-			meta []byte
-		)
+		if len(evs) == cap(evs) {
+			evs = slices.Grow(evs, max(len(evs), 16)) // double: long streams copy less
+		}
+		evs = evs[:len(evs)+1]
+		e := &evs[len(evs)-1]
+		// The JSON columns scan as bytes: a json.RawMessage destination would
+		// have pgx validate each payload with encoding/json.
 		if err := rows.Scan(&e.ID, (*[16]byte)(&e.AggregateID), &e.AggregateType, (*[16]byte)(&e.TenantID), &e.Version, &e.Type,
-			&e.StoredEventVersion, &e.StoredPayload, &meta, &e.CreatedAt, &e.CreatedBy); err != nil {
+			&e.StoredEventVersion, &payload, &meta, &e.CreatedAt, &e.CreatedBy); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(meta, &e.Metadata); err != nil {
+		e.StoredPayload = json.RawMessage(payload)
+		payload = nil
+		if err := decodeMetadata(meta, &e.Metadata); err != nil {
 			return nil, fmt.Errorf("event %d metadata: %w", e.ID, err)
 		}
-		if err := s.upcast(&e); err != nil {
+		if err := s.upcast(e); err != nil {
 			return nil, err
 		}
-		evs = append(evs, e)
 	}
 	return evs, rows.Err()
 }

@@ -43,6 +43,7 @@ func (b *bench) loadRows(ctx context.Context) ([]row, error) {
 		b.loadSnapshotPair("load 10,000 events, snapshot at 10,000", ids[10_000], 10_000),
 		b.loadSnapshotPair("load 10,099 events, snapshot at 10,000", ids[10_099], 10_099),
 	}
+	pairs[2].goal = atLeastOfRaw(1 / 1.3) // at most 1.3x the time of the raw read
 	var rows []row
 	for _, p := range pairs {
 		p.unit, p.workers = "loads/s", 1
@@ -163,23 +164,20 @@ func expect(err error, snapVersion, events, want int) error {
 	return err
 }
 
-// scanEvents scans event rows into the store's Event type, metadata decoded,
-// as Store.Load does (without an upcaster).
+// scanEvents scans event rows into the store's Event type as raw bytes: the
+// payload as sent by the server, the metadata column read and left undecoded
+// (what a hand-written SELECT needs, not what an event store must do).
 func scanEvents(rows pgx.Rows) ([]eventstore.Event, error) {
 	defer rows.Close()
 	var evs []eventstore.Event
+	var payload, meta []byte
 	for rows.Next() {
-		var (
-			e    eventstore.Event
-			meta []byte
-		)
+		var e eventstore.Event
 		if err := rows.Scan(&e.ID, (*[16]byte)(&e.AggregateID), &e.AggregateType, (*[16]byte)(&e.TenantID), &e.Version, &e.Type,
-			&e.StoredEventVersion, &e.StoredPayload, &meta, &e.CreatedAt, &e.CreatedBy); err != nil {
+			&e.StoredEventVersion, &payload, &meta, &e.CreatedAt, &e.CreatedBy); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(meta, &e.Metadata); err != nil {
-			return nil, err
-		}
+		e.StoredPayload, payload = payload, nil
 		e.EventVersion, e.Payload = e.StoredEventVersion, e.StoredPayload
 		evs = append(evs, e)
 	}

@@ -161,9 +161,20 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 		}
 	}
 
+	readAll := func(ctx context.Context) (int64, error) {
+		var n int64
+		for _, err := range store.ReadAll(ctx, 0, eventstore.ReadFilter{PageSize: rebuildBatch}) {
+			if err != nil {
+				return n, err
+			}
+			n++
+		}
+		return n, nil
+	}
+
 	name := fmt.Sprintf("rebuild %s events, per-tenant counter", formatValue(rebuildEvents, ""))
-	sides := []side{rebuild, rawRead, rawApply}
-	sideNames := []string{"rebuild", "raw cursor read", "raw read + upsert"}
+	sides := []side{rebuild, rawRead, rawApply, readAll}
+	sideNames := []string{"rebuild", "raw cursor read", "raw read + upsert", "ReadAll"}
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
 	if b.cfg.warmup > 0 { // one unmeasured read: the events in the buffer cache
 		if _, err := rawRead(ctx); err != nil {
@@ -197,6 +208,8 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 	return []row{
 		{name: name + " vs raw cursor read (ceiling)", unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: target},
 		{name: name + " vs raw read + upsert/event, tx of 2000", unit: "events/s", fw: total[0].rate(), raw: total[2].rate()},
+		{name: fmt.Sprintf("ReadAll %s events, pages of %d, vs raw cursor read", formatValue(rebuildEvents, ""), rebuildBatch),
+			unit: "events/s", fw: total[3].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.75)},
 	}, nil
 }
 
