@@ -52,6 +52,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"runtime"
 	"slices"
 	"strings"
@@ -79,6 +80,7 @@ type config struct {
 	warmup   time.Duration // unmeasured time per side before each comparison
 	rounds   int           // alternations of framework and raw within duration
 	only     string        // groups to run, comma-separated; "" = all
+	cpuProf  string        // file for a CPU profile of the whole run; "" = none
 }
 
 // bench is the state shared by every measurement.
@@ -98,15 +100,40 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
 	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs); all when empty")
+	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof")
 	flag.Parse()
 	if cfg.duration <= 0 || cfg.rounds < 1 || cfg.warmup < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -rounds ≥ 1, -warmup ≥ 0")
 		os.Exit(2)
 	}
-	if err := run(cfg); err != nil {
+	stopProfile := func() {}
+	if cfg.cpuProf != "" {
+		var err error
+		if stopProfile, err = startCPUProfile(cfg.cpuProf); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+	err := run(cfg)
+	stopProfile()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// startCPUProfile profiles the process into path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
 func run(cfg config) error {
