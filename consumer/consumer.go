@@ -46,6 +46,14 @@ type Consumer struct {
 	// Handle applies one event inside the pass transaction, under a
 	// savepoint of its own: its writes commit with the cursor or not at all.
 	Handle func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error
+	// Pipelined queues the Exec statements of Handle on a pass's first run
+	// and sends them as one batch, in order, before any other statement
+	// (see Consumer.Handle's tx): a handler doing one INSERT per event costs
+	// one round trip per pass instead of one per event. Exec then answers
+	// an empty command tag; use QueryRow when a result matters. When a
+	// queued statement fails, the pass runs again event by event without
+	// queueing, so the error names its event.
+	Pipelined bool
 	// HandleBatch, when set instead of Handle, applies the events of a pass
 	// at once under one savepoint.
 	HandleBatch func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error

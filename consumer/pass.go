@@ -16,6 +16,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/internal/author"
+	"github.com/kumiko-go/kumiko/internal/batchtx"
 )
 
 // shard is a consumer's state row as a pass reads and writes it.
@@ -307,6 +308,11 @@ func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor in
 		}
 		return applied, next, failures, failed
 	}
+	var queued *batchtx.Tx
+	if c.Pipelined && !careful {
+		queued = batchtx.New(tx)
+		tx = queued
+	}
 	for _, ev := range evs {
 		if c.wants(ev.Type) {
 			err := guard(ctx, tx, func(sp pgx.Tx) error {
@@ -325,6 +331,11 @@ func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor in
 			}
 		}
 		next = ev.ID
+	}
+	if queued != nil {
+		if err := queued.Flush(ctx); err != nil {
+			return nil, cursor, 1, fmt.Errorf("queued statements of the pass: %w", err)
+		}
 	}
 	return applied, next, failures, failed
 }

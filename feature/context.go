@@ -230,7 +230,11 @@ type ApplyContext interface {
 	// kumiko.tenant_id (current_setting('kumiko.tenant_id')) holds the
 	// tenant for row-level security policies and hand-written SQL; for
 	// events of the system tenant it is empty (unscoped). Statements are not
-	// rewritten: filter by Tenant() or use such a policy.
+	// rewritten: filter by Tenant() or use such a policy. Exec statements
+	// are queued and sent as one batch per pass, in order and always before
+	// a Query or QueryRow, so an apply reads its own writes: Exec's command
+	// tag is then empty, so use QueryRow when a result matters. A failing
+	// statement makes the pass run again event by event, naming the event.
 	DB() DB
 	// Tenant is the event's tenant.
 	Tenant() uuid.UUID

@@ -14,6 +14,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
+	"github.com/kumiko-go/kumiko/internal/batchtx"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -346,7 +347,7 @@ func (r *rebuild) replayChunk(ctx context.Context, upTo int64, batched bool) err
 // is complete up to.
 //
 // With batched, the apply functions' Exec statements are queued and sent in
-// one round trip at the end (see batchDB), which is what makes a replay
+// one round trip at the end (see batchtx), which is what makes a replay
 // fast; an error then surfaces without naming its event.
 func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, batched bool) (int64, error) {
 	evs, err := r.d.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
@@ -359,7 +360,7 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, 
 		after = evs[len(evs)-1].ID
 	}
 	if batched {
-		db := &batchDB{tx: tx, batch: &pgx.Batch{}}
+		db := batchtx.New(tx)
 		for _, ev := range evs {
 			if !r.t.wants(ev) {
 				continue
@@ -369,7 +370,7 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, 
 			}
 			r.res.Applied++
 		}
-		return after, db.flush(ctx)
+		return after, db.Flush(ctx)
 	}
 	for _, ev := range evs {
 		if !r.t.wants(ev) {
@@ -612,53 +613,3 @@ func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, 
 	}
 	return out, nil
 }
-
-// batchDB is the feature.DB of an inline projection during a batched replay:
-// Exec statements are queued and sent together, in order, when the chunk
-// ends or before any Query or QueryRow (so an apply still reads its own
-// writes). Exec therefore answers an empty command tag.
-type batchDB struct {
-	tx    pgx.Tx
-	batch *pgx.Batch
-}
-
-func (b *batchDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	b.batch.Queue(sql, args...)
-	return pgconn.CommandTag{}, nil
-}
-
-func (b *batchDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := b.flush(ctx); err != nil {
-		return nil, err
-	}
-	return b.tx.Query(ctx, sql, args...)
-}
-
-func (b *batchDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := b.flush(ctx); err != nil {
-		return errRow{err}
-	}
-	return b.tx.QueryRow(ctx, sql, args...)
-}
-
-// flush sends the queued statements and reports the first failure.
-func (b *batchDB) flush(ctx context.Context) error {
-	n := b.batch.Len()
-	if n == 0 {
-		return nil
-	}
-	br := b.tx.SendBatch(ctx, b.batch)
-	b.batch = &pgx.Batch{}
-	for range n {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return err
-		}
-	}
-	return br.Close()
-}
-
-// errRow is a pgx.Row that fails with err.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }

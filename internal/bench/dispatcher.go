@@ -42,12 +42,14 @@ const (
 //     handler, p50 and p99, of a started dispatcher woken by LISTEN/NOTIFY
 //     from another store and pool, and by the in-process wake-up of the same
 //     store, next to a hand-written listener running the raw pass;
+//   - the drain of a backlog by a pipelined consumer INSERTing a row per
+//     event, next to the raw pass sending the same INSERTs as one batch;
 //   - the drain of a memBacklog-event backlog with the heap in use and
 //     the resident set sampled along the way: after the first 10,000 events,
 //     the peak, and the peak relative to the first tenth of the drain.
 func (b *bench) dispatcherRows(ctx context.Context) ([]row, error) {
 	var rows []row
-	for _, group := range []func(context.Context) ([]row, error){b.drainRows, b.latencyRows, b.backlogRows} {
+	for _, group := range []func(context.Context) ([]row, error){b.drainRows, b.insertDrainRows, b.latencyRows, b.backlogRows} {
 		rs, err := group(ctx)
 		rows = append(rows, rs...)
 		if err != nil {
