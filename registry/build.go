@@ -67,17 +67,18 @@ type builder struct {
 func newBuilder() *builder {
 	return &builder{
 		reg: &Registry{
-			entities:    map[string]*Entity{},
-			handlers:    map[string]Handler{},
-			events:      map[string]*eventInfo{},
-			projections: map[string]*Projection{},
-			msps:        map[string]*MSP{},
-			jobs:        map[string]*Job{},
-			bySource:    map[string][]*Projection{},
-			emits:       map[string]map[string]bool{},
-			payloads:    map[string]*codec.Payload{},
-			codec:       codec.New(),
-			contracts:   map[string]Contract{},
+			entities:      map[string]*Entity{},
+			handlers:      map[string]Handler{},
+			events:        map[string]*eventInfo{},
+			projections:   map[string]*Projection{},
+			msps:          map[string]*MSP{},
+			jobs:          map[string]*Job{},
+			bySource:      map[string][]*Projection{},
+			emits:         map[string]map[string]bool{},
+			payloads:      map[string]*codec.Payload{},
+			codec:         codec.New(),
+			contracts:     map[string]Contract{},
+			contractSteps: map[string][]*migration{},
 		},
 		info:         map[string]*FeatureInfo{},
 		entityOwner:  map[string]string{},
@@ -129,8 +130,8 @@ func (b *builder) build(features []*feature.Feature) {
 			b.references(d.Name, e)
 		}
 	}
-	b.migrations()
 	b.integration()
+	b.migrations()
 	for _, d := range b.defs {
 		for _, c := range d.Cruds {
 			b.crud(d.Name, c.Entity, c.Access.(feature.Access))
@@ -350,34 +351,43 @@ func (b *builder) event(feat string, def spec.Event) {
 	}
 }
 
-// migrations checks every event's upcaster chain: for current version N,
-// exactly one migration k→k+1 for each k in 1..N-1, and nothing else.
+// migrations checks every event's and every contract's upcaster chain: for
+// current version N, exactly one migration k→k+1 for each k in 1..N-1, and
+// nothing else.
 func (b *builder) migrations() {
 	type key struct {
 		event string
 		from  int
 	}
-	seen := map[key]bool{}
+	seen := map[key]spec.Migration{}
+	seenBy := map[key]string{}
 	chains := map[string]map[int]*migration{}
 	for _, d := range b.defs {
 		for _, m := range d.Migrations {
 			item := fmt.Sprintf("migration %q %d→%d", m.Event, m.From, m.To)
 			owner, defined := b.eventOwner[m.Event]
+			c, contract := b.reg.contracts[m.Event]
+			k := key{m.Event, m.From}
 			switch {
-			case !defined:
-				b.fail(d.Name, item, RuleMigration, "event %q is not defined by any feature", m.Event)
+			case !defined && !contract:
+				b.fail(d.Name, item, RuleMigration, "event %q is not defined by any feature (neither a domain nor an integration event)", m.Event)
 				continue
-			case owner != d.Name:
+			case defined && owner != d.Name:
 				b.fail(d.Name, item, RuleMigration, "event %q is defined by feature %q; its migrations belong there", m.Event, owner)
+				continue
+			case contract && !declares(d, m.Event):
+				b.fail(d.Name, item, RuleMigration, "integration event %q is not declared by this feature; declare its migrations with the contract", m.Event)
 				continue
 			case m.From < 1 || m.To != m.From+1:
 				b.fail(d.Name, item, RuleMigration, "a migration goes up exactly one version, from N ≥ 1 to N+1")
 				continue
-			case seen[key{m.Event, m.From}]:
+			case contract && seenBy[k] != "" && seenBy[k] != d.Name && sameSteps(seen[k], m):
+				continue // a shared contract's migration, declared again by another feature from the contracts package
+			case seenBy[k] != "":
 				b.fail(d.Name, item, RuleMigration, "duplicate migration: step %d→%d is declared twice", m.From, m.To)
 				continue
 			}
-			seen[key{m.Event, m.From}] = true
+			seen[k], seenBy[k] = m, d.Name
 			bad := false
 			for i, s := range m.Steps {
 				if err := s.Err(); err != nil {
@@ -388,9 +398,12 @@ func (b *builder) migrations() {
 			if bad {
 				continue
 			}
-			ev := b.reg.events[m.Event]
-			if ev.Entity == "" && m.To > ev.Version {
-				b.fail(d.Name, item, RuleMigration, "goes beyond the current version %d of the event; raise feature.EventVersion", ev.Version)
+			current := c.Version
+			if defined {
+				current = b.reg.events[m.Event].Version
+			}
+			if (contract || b.reg.events[m.Event].Entity == "") && m.To > current {
+				b.fail(d.Name, item, RuleMigration, "goes beyond the current version %d of the event; raise feature.EventVersion", current)
 				continue
 			}
 			if chains[m.Event] == nil {
@@ -401,7 +414,7 @@ func (b *builder) migrations() {
 	}
 	// CRUD events take their version from their chain.
 	for name, chain := range chains {
-		if ev := b.reg.events[name]; ev.Entity != "" {
+		if ev := b.reg.events[name]; ev != nil && ev.Entity != "" {
 			ev.Version = slices.Max(slices.Collect(maps.Keys(chain))) + 1
 		}
 	}
@@ -411,20 +424,43 @@ func (b *builder) migrations() {
 			if ev.Feature != d.Name || ev.Version == 1 {
 				continue
 			}
-			ev.steps = make([]*migration, ev.Version-1)
-			var missing []string
-			for k := 1; k < ev.Version; k++ {
-				ev.steps[k-1] = chains[name][k]
-				if ev.steps[k-1] == nil {
-					missing = append(missing, fmt.Sprintf("%d→%d", k, k+1))
-				}
-			}
-			if len(missing) > 0 {
-				b.fail(d.Name, fmt.Sprintf("event %q", name), RuleMigration,
-					"upcaster chain to version %d is incomplete: no migration %s", ev.Version, strings.Join(missing, ", "))
-			}
+			ev.steps = b.chain(d.Name, fmt.Sprintf("event %q", name), ev.Version, chains[name])
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(b.reg.contracts)) {
+		if c := b.reg.contracts[name]; c.Version > 1 {
+			b.reg.contractSteps[name] = b.chain(c.Feature, fmt.Sprintf("integration event %q", name), c.Version, chains[name])
+		}
+	}
+}
+
+// chain orders the migrations of an event or contract at version current,
+// failing on the missing steps.
+func (b *builder) chain(feat, item string, current int, chain map[int]*migration) []*migration {
+	steps := make([]*migration, current-1)
+	var missing []string
+	for k := 1; k < current; k++ {
+		steps[k-1] = chain[k]
+		if steps[k-1] == nil {
+			missing = append(missing, fmt.Sprintf("%d→%d", k, k+1))
+		}
+	}
+	if len(missing) > 0 {
+		b.fail(feat, item, RuleMigration,
+			"upcaster chain to version %d is incomplete: no migration %s", current, strings.Join(missing, ", "))
+	}
+	return steps
+}
+
+// declares reports whether the feature declares the contract.
+func declares(d spec.Definitions, contract string) bool {
+	return slices.ContainsFunc(d.Contracts, func(c spec.Event) bool { return c.Name == contract })
+}
+
+// sameSteps reports whether two migrations of a shared contract have the
+// same steps (a MapFunc compares by position only).
+func sameSteps(a, b spec.Migration) bool {
+	return slices.EqualFunc(a.Steps, b.Steps, func(x, y spec.Step) bool { return x.String() == y.String() })
 }
 
 // checkRule validates a handler's access rule; false when the handler must

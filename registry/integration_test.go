@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -16,11 +17,15 @@ type shipped struct {
 func noopMessage(feature.CommandContext, feature.Message) error { return nil }
 
 func TestIntegrationEventsCompile(t *testing.T) {
-	orders := feature.Define("orders", func(r *feature.Registrar) {
+	// A contracts package both features call: the contract and its
+	// migration, declared twice in one app.
+	declare := func(r *feature.Registrar) {
 		r.IntegrationEvent("order.shipped", shipped{}, feature.EventVersion(2))
-	})
+		r.EventMigration("order.shipped", 1, 2, feature.Rename("order", "orderId"))
+	}
+	orders := feature.Define("orders", declare)
 	billing := feature.Define("billing", func(r *feature.Registrar) {
-		r.IntegrationEvent("order.shipped", shipped{}, feature.EventVersion(2)) // the shared contract again
+		declare(r) // the shared contract again
 		r.OnIntegrationEvent("order.shipped", "create-invoice", noopMessage)
 	})
 	reg, err := registry.Build(orders, billing)
@@ -60,5 +65,67 @@ func TestIntegrationBootErrors(t *testing.T) {
 		want{"shop", `integration handler "twice"`, registry.RuleUnique, "already used"},
 		want{"shop", `integration handler "nil-handler"`, registry.RuleIntegration, "nil"},
 		want{"shop", `integration handler "Not A Name"`, registry.RuleName, ""},
+	)
+}
+
+// A message of an older contract version is upcast through the contract's
+// migrations; one newer than the app knows is refused, never guessed at.
+func TestUpcastMessage(t *testing.T) {
+	f := feature.Define("billing", func(r *feature.Registrar) {
+		r.IntegrationEvent("order.shipped", shipped{}, feature.EventVersion(3))
+		r.EventMigration("order.shipped", 1, 2, feature.Rename("order", "orderId"))
+		r.EventMigration("order.shipped", 2, 3, feature.DefaultValue("currency", "EUR"))
+	})
+	reg, err := registry.Build(f)
+	require.NoError(t, err)
+
+	v, p, err := reg.UpcastMessage("order.shipped", 1, []byte(`{"order":"o-1","total":12.50}`))
+	require.NoError(t, err)
+	require.Equal(t, 3, v)
+	require.JSONEq(t, `{"orderId":"o-1","total":12.50,"currency":"EUR"}`, string(p))
+
+	in := []byte(`{"orderId":"o-1"}`)
+	v, p, err = reg.UpcastMessage("order.shipped", 3, in)
+	require.NoError(t, err)
+	require.Equal(t, 3, v)
+	require.Equal(t, string(in), string(p))
+
+	for _, version := range []int{4, 0} {
+		_, _, err = reg.UpcastMessage("order.shipped", version, in)
+		var unknown *eventstore.UnknownEventVersionError
+		require.ErrorAs(t, err, &unknown, "version %d", version)
+		require.Equal(t, "event_schema_unknown_version", unknown.Code())
+		require.Equal(t, 3, unknown.Current)
+	}
+	_, _, err = reg.UpcastMessage("order.unknown", 1, in)
+	require.ErrorIs(t, err, eventstore.ErrUnknownEventVersion)
+
+	// Domain event upcasting does not touch messages: the relay publishes
+	// them as stored.
+	v, p, err = reg.Upcast("order.shipped", 1, []byte(`{"order":"o-1"}`))
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+	require.JSONEq(t, `{"order":"o-1"}`, string(p))
+}
+
+func TestContractMigrationBootErrors(t *testing.T) {
+	shop := feature.Define("shop", func(r *feature.Registrar) {
+		r.IntegrationEvent("order.shipped", shipped{}, feature.EventVersion(4))
+		r.EventMigration("order.shipped", 1, 2, feature.Rename("order", "orderId"))
+		r.EventMigration("order.shipped", 3, 4, feature.Drop("note"))
+		r.EventMigration("order.shipped", 4, 5, feature.Drop("note"))
+		r.EventMigration("order.shipped", 1, 2, feature.Drop("other"))
+		r.EventMigration("order.unknown", 1, 2, feature.Drop("note"))
+	})
+	other := feature.Define("other", func(r *feature.Registrar) {
+		r.EventMigration("order.shipped", 2, 3)
+	})
+	_, err := registry.Build(shop, other)
+	requireBootErrors(t, err,
+		want{"shop", `integration event "order.shipped"`, registry.RuleMigration, "incomplete: no migration 2→3"},
+		want{"shop", `migration "order.shipped" 4→5`, registry.RuleMigration, "beyond the current version 4"},
+		want{"shop", `migration "order.shipped" 1→2`, registry.RuleMigration, "duplicate"},
+		want{"shop", `migration "order.unknown" 1→2`, registry.RuleMigration, "not defined by any feature"},
+		want{"other", `migration "order.shipped" 2→3`, registry.RuleMigration, "not declared by this feature"},
 	)
 }

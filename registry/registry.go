@@ -32,6 +32,7 @@ type Registry struct {
 	codec       *codec.Codec
 
 	contracts           map[string]Contract
+	contractSteps       map[string][]*migration // by contract: [k-1] migrates k to k+1
 	integrationHandlers []IntegrationHandler
 }
 
