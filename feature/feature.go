@@ -197,7 +197,10 @@ func (r *Registrar) DefineEvent(name string, payload any, opts ...EventOption) {
 // `to` = from+1, applied to stored payloads on every read. The steps run in
 // order on the payload's JSON object. An event at version N needs exactly one
 // migration for each of 1→2 … N-1→N; a step without operations is allowed
-// (a version bump that changes meaning but not shape).
+// (a version bump that changes meaning but not shape). event may also be an
+// integration event (a contract) the feature declares: its migrations then
+// bring received messages of older versions to the app's version; declare
+// them with the contract, in the shared contracts package.
 func (r *Registrar) EventMigration(event string, from, to int, steps ...MigrationStep) {
 	def := spec.Migration{Event: event, From: from, To: to, Steps: make([]spec.Step, len(steps))}
 	for i, s := range steps {

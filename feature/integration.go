@@ -18,7 +18,10 @@ import (
 // `validate` tags, checked on publish; the name is lowercase and dotted
 // (`order.shipped`) and shares its namespace with domain events and handlers.
 // [EventVersion] sets the contract's version (default 1), which travels with
-// every message.
+// every message. A receiver brings messages of older versions to its own
+// through the contract's migrations, declared with [Registrar.EventMigration]
+// next to the contract; a message of a newer version than it knows is kept
+// dead, not guessed at, until an upgraded app retries it.
 //
 // Any feature of the app may publish it with CommandContext.Publish or
 // ApplyContext.Publish.
@@ -58,10 +61,15 @@ func (r *Registrar) OnIntegrationEvent(event, handlerName string, handler func(c
 type Message struct {
 	// ID is stable across redeliveries and retries.
 	ID uuid.UUID `json:"id"`
-	// Type is the contract's name, Version the contract version it was
-	// published with.
+	// Type is the contract's name, Version the contract version of
+	// Payload. A handler sees its app's version of the contract: a message
+	// published with an older one is upcast through the contract's
+	// migrations (see [Registrar.EventMigration]) before it runs.
 	Type    string `json:"type"`
 	Version int    `json:"version"`
+	// PublishedVersion is the contract version the sender published with,
+	// set when the message was upcast to Version.
+	PublishedVersion int `json:"publishedVersion,omitempty"`
 	// Payload is the JSON object published; see Decode.
 	Payload json.RawMessage `json:"payload"`
 	// TenantID, UserID and CorrelationID are the publisher's.

@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
@@ -45,6 +48,9 @@ type Config struct {
 	// Metrics registers the kumiko_integration_* series; nil keeps them
 	// unregistered.
 	Metrics prometheus.Registerer
+	// TracerProvider makes the spans of publishing and handling (see
+	// TracerName). Default: none are recorded.
+	TracerProvider trace.TracerProvider
 }
 
 // Transport carries published messages to other processes and apps and
@@ -70,6 +76,7 @@ type Service struct {
 	cfg      Config
 	sql      queries
 	metrics  *metrics
+	tracer   trace.Tracer
 	handlers map[string][]registry.IntegrationHandler // by contract
 }
 
@@ -88,12 +95,15 @@ func New(exec *pipeline.Executor, store *eventstore.Store, cfg Config) (*Service
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = noop.NewTracerProvider()
+	}
 	m, err := newMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("integration: metrics: %w", err)
 	}
 	s := &Service{exec: exec, store: store, cfg: cfg, sql: newQueries(store.Schema()), metrics: m,
-		handlers: map[string][]registry.IntegrationHandler{}}
+		tracer: cfg.TracerProvider.Tracer(TracerName), handlers: map[string][]registry.IntegrationHandler{}}
 	for _, h := range exec.Registry().IntegrationHandlers() {
 		s.handlers[h.Event] = append(s.handlers[h.Event], h)
 	}
@@ -138,7 +148,14 @@ func (s *Service) relay(ctx context.Context, _ pgx.Tx, evs []eventstore.Event) e
 	if s.cfg.Transport == nil {
 		err = s.deliverLocally(ctx, msgs)
 	} else {
+		spans := make([]trace.Span, len(msgs))
+		for i := range msgs {
+			_, msgs[i], spans[i] = s.startPublish(ctx, msgs[i])
+		}
 		err = s.cfg.Transport.Publish(ctx, msgs)
+		for _, span := range spans {
+			endSpan(span, err)
+		}
 	}
 	if err != nil {
 		return err
@@ -233,15 +250,21 @@ func (s *Service) Handle(ctx context.Context, m feature.Message) error {
 	return errors.Join(errs...)
 }
 
-// handle runs the handlers of m (only the one called only, when set) and
-// returns the failures by handler.
+// handle runs the handlers of m (only the one called only, when set) on m
+// upcast to the app's contract version, and returns the failures by
+// handler. A message the app cannot upcast fails every handler with an
+// error wrapping *eventstore.UnknownEventVersionError.
 func (s *Service) handle(ctx context.Context, m feature.Message, only string) map[string]error {
 	var failed map[string]error
+	current, uerr := s.upcast(m)
 	for _, h := range s.handlers[m.Type] {
 		if only != "" && h.Name != only {
 			continue
 		}
-		ran, err := s.runHandler(ctx, h, m)
+		ran, err := false, uerr
+		if err == nil {
+			ran, err = s.runHandler(ctx, h, current)
+		}
 		switch {
 		case err != nil:
 			s.metrics.failed.WithLabelValues(h.Name).Inc()
@@ -256,9 +279,43 @@ func (s *Service) handle(ctx context.Context, m feature.Message, only string) ma
 	return failed
 }
 
+// upcast brings m to the app's version of its contract. A version the app
+// does not know (newer than its own) is an error that starts with the code
+// event_schema_unknown_version and wraps the
+// *eventstore.UnknownEventVersionError: the message is kept dead, for a
+// retry once the app knows the version.
+func (s *Service) upcast(m feature.Message) (feature.Message, error) {
+	v, p, err := s.exec.Registry().UpcastMessage(m.Type, m.Version, m.Payload)
+	var unknown *eventstore.UnknownEventVersionError
+	switch {
+	case errors.As(err, &unknown):
+		return m, fmt.Errorf("%s: message %s of %s has contract version %d, this app knows version %d; "+
+			"retry it once the app knows version %d: %w", unknown.Code(), m.ID, m.Type, m.Version, unknown.Current, m.Version, err)
+	case err != nil:
+		return m, fmt.Errorf("message %s: %w", m.ID, err)
+	case v != m.Version:
+		m.PublishedVersion, m.Version, m.Payload = m.Version, v, p
+	}
+	return m, nil
+}
+
+// unknownVersion reports whether err is (or joins) the failure of a
+// message of a contract version the app does not know: retrying it before
+// the app is upgraded cannot help.
+func unknownVersion(err error) bool { return errors.Is(err, eventstore.ErrUnknownEventVersion) }
+
 // runHandler runs h on m in a transaction of its own that claims the inbox
-// row first: ran is false when h had handled m before.
+// row first, under a consumer span that is a child of the publisher's: ran
+// is false when h had handled m before.
 func (s *Service) runHandler(ctx context.Context, h registry.IntegrationHandler, m feature.Message) (ran bool, err error) {
+	ctx, span := s.startHandle(ctx, h.Name, m)
+	defer func() {
+		if err == nil && !ran {
+			span.SetAttributes(attribute.Bool("kumiko.skipped", true)) // handled before: the inbox has it
+		}
+		endSpan(span, err)
+	}()
+	headers := withSpan(ctx, span, m.Headers)
 	err = s.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var claimed bool
 		if err := tx.QueryRow(ctx, s.sql.claim, m.ID, h.Name).Scan(&claimed); errors.Is(err, pgx.ErrNoRows) {
@@ -270,7 +327,7 @@ func (s *Service) runHandler(ctx context.Context, h registry.IntegrationHandler,
 		c := pipeline.Caller{
 			User:          feature.User{ID: m.UserID, TenantID: m.TenantID, Authenticated: m.UserID != ""},
 			CorrelationID: m.CorrelationID,
-			Headers:       m.Headers,
+			Headers:       headers,
 		}
 		return s.exec.RunInTx(ctx, tx, c, h.Feature, m.ID.String(), func(cc feature.CommandContext) error {
 			return h.Handle(cc, m)

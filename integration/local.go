@@ -11,13 +11,17 @@ import (
 
 // deliverLocally is the in-process transport: it runs the app's handlers on
 // each message in order, retrying a failing handler with backoff up to
-// MaxAttempts in all, then keeping the message as dead for that handler.
-// It returns an error only when a message could not be settled either way
-// (the context ended, the database failed): the relay then tries the batch
-// again, and the inbox skips what was handled.
+// MaxAttempts in all, then keeping the message as dead for that handler. A
+// message of a contract version the app does not know is kept dead at
+// once. It returns an error only when a message could not be settled
+// either way (the context ended, the database failed): the relay then
+// tries the batch again, and the inbox skips what was handled.
 func (s *Service) deliverLocally(ctx context.Context, msgs []feature.Message) error {
 	for _, m := range msgs {
-		if err := s.settle(ctx, m); err != nil {
+		pctx, m, span := s.startPublish(ctx, m)
+		err := s.settle(pctx, m)
+		endSpan(span, err)
+		if err != nil {
 			return err
 		}
 	}
@@ -26,8 +30,9 @@ func (s *Service) deliverLocally(ctx context.Context, msgs []feature.Message) er
 
 func (s *Service) settle(ctx context.Context, m feature.Message) error {
 	pause := s.cfg.RetryBackoff
-	failed := s.handle(ctx, m, "")
-	for attempt := 1; len(failed) > 0 && attempt < s.cfg.MaxAttempts; attempt++ {
+	failed := s.handle(withAttempt(ctx, 1), m, "")
+	attempts := 1
+	for ; len(failed) > 0 && attempts < s.cfg.MaxAttempts && !anyUnknownVersion(failed); attempts++ {
 		if err := wait(ctx, pause); err != nil {
 			return err
 		}
@@ -35,7 +40,7 @@ func (s *Service) settle(ctx context.Context, m feature.Message) error {
 		retry := failed
 		failed = nil
 		for name := range retry {
-			for n, err := range s.handle(ctx, m, name) {
+			for n, err := range s.handle(withAttempt(ctx, attempts+1), m, name) {
 				if failed == nil {
 					failed = map[string]error{}
 				}
@@ -47,13 +52,22 @@ func (s *Service) settle(ctx context.Context, m feature.Message) error {
 		return err // cancelled mid-attempt: not the handler's failure
 	}
 	for name, herr := range failed {
-		if err := s.putDead(ctx, m, name, s.cfg.MaxAttempts, herr); err != nil {
+		if err := s.putDead(ctx, m, name, attempts, herr); err != nil {
 			return err
 		}
-		s.cfg.Logger.Warn("integration: handler failed every attempt; the message is kept as dead",
-			"handler", name, "message_id", m.ID, "type", m.Type, "attempts", s.cfg.MaxAttempts, "err", herr)
+		s.cfg.Logger.Warn("integration: handler failed; the message is kept as dead",
+			"handler", name, "message_id", m.ID, "type", m.Type, "attempts", attempts, "err", herr)
 	}
 	return nil
+}
+
+func anyUnknownVersion(failed map[string]error) bool {
+	for _, err := range failed {
+		if unknownVersion(err) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Service) putDead(ctx context.Context, m feature.Message, handler string, attempts int, cause error) error {

@@ -31,6 +31,10 @@ const (
 	headerUser      = "kumiko-user"
 	headerCausation = "kumiko-causation"
 	headerVersion   = "kumiko-event-version"
+	// headerError and headerDeadAt are set on a message the app keeps dead
+	// at once (a contract version it does not know): why, and when.
+	headerError  = "kumiko-error"
+	headerDeadAt = "kumiko-dead-at"
 )
 
 // RabbitConfig configures the RabbitMQ transport. Zero values take the
@@ -214,7 +218,8 @@ func message(d amqp.Delivery) (feature.Message, error) {
 	for k, v := range d.Headers {
 		s, ok := v.(string)
 		switch {
-		case k == headerTenant, k == headerUser, k == headerCausation, k == headerVersion, strings.HasPrefix(k, "x-"):
+		case k == headerTenant, k == headerUser, k == headerCausation, k == headerVersion, k == headerError, k == headerDeadAt,
+			strings.HasPrefix(k, "x-"):
 			continue // ours, or the broker's (x-delivery-count, x-death, …)
 		}
 		if ok {
@@ -391,7 +396,9 @@ func (r *Rabbit) consume(ctx context.Context, conn *amqp.Connection, ch *amqp.Ch
 }
 
 // deliver handles one delivery: ack on success, a return to the queue
-// otherwise (the broker counts it and dead-letters at MaxDeliveries).
+// otherwise (the broker counts it and dead-letters at MaxDeliveries). A
+// message of a contract version the app does not know goes to <Queue>.dead
+// at once, with the error.
 func (r *Rabbit) deliver(ctx context.Context, d amqp.Delivery, handle func(context.Context, feature.Message) error) {
 	m, err := message(d)
 	if err != nil {
@@ -399,13 +406,59 @@ func (r *Rabbit) deliver(ctx context.Context, d amqp.Delivery, handle func(conte
 		_ = d.Nack(false, false)
 		return
 	}
-	if err := handle(ctx, m); err != nil {
+	attempt := deliveryCount(d) + 1
+	err = handle(withAttempt(ctx, attempt), m)
+	switch {
+	case err == nil:
+		_ = d.Ack(false)
+	case unknownVersion(err):
+		r.cfg.Logger.Warn("rabbitmq: a contract version the app does not know; the message is kept dead", "queue", r.cfg.Queue,
+			"dead_queue", r.DeadQueue(), "message_id", m.ID, "type", m.Type, "version", m.Version, "err", err)
+		if derr := r.keepDead(ctx, d, err); derr != nil {
+			r.cfg.Logger.Warn("rabbitmq: keeping the message dead failed; it goes back", "queue", r.cfg.Queue, "message_id", m.ID, "err", derr)
+			_ = d.Nack(false, true)
+			return
+		}
+		_ = d.Ack(false)
+	default:
 		r.cfg.Logger.Warn("rabbitmq: handling failed; the message goes back", "queue", r.cfg.Queue,
-			"message_id", m.ID, "type", m.Type, "attempt", d.Headers["x-delivery-count"], "err", err)
+			"message_id", m.ID, "type", m.Type, "attempt", attempt, "err", err)
 		_ = d.Nack(false, true)
-		return
 	}
-	_ = d.Ack(false)
+}
+
+// deliveryCount is how often the broker delivered d before (quorum
+// queues count returns in x-delivery-count).
+func deliveryCount(d amqp.Delivery) int {
+	switch v := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		return int(v)
+	case int32:
+		return int(v)
+	case int:
+		return v
+	}
+	if d.Redelivered {
+		return 1
+	}
+	return 0
+}
+
+// keepDead puts d into <Queue>.dead with cause in its headers, through the
+// default exchange, and waits for the broker's confirm; the caller then
+// acks d.
+func (r *Rabbit) keepDead(ctx context.Context, d amqp.Delivery, cause error) error {
+	h := amqp.Table{}
+	for k, v := range d.Headers {
+		if !strings.HasPrefix(k, "x-") {
+			h[k] = v
+		}
+	}
+	h[headerError], h[headerDeadAt] = cause.Error(), time.Now().UTC()
+	return r.send(ctx, r.DeadQueue(), amqp.Publishing{
+		Headers: h, ContentType: d.ContentType, DeliveryMode: amqp.Persistent, CorrelationId: d.CorrelationId,
+		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, Body: d.Body,
+	})
 }
 
 // Stop stops receiving, waits for the handlers running, and closes the

@@ -89,6 +89,9 @@ func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) (settled
 			return err
 		}
 		dm := DeadMessage{Attempts: d.r.cfg.MaxDeliveries, LastError: fmt.Sprintf("failed %d deliveries", d.r.cfg.MaxDeliveries)}
+		if cause, ok := del.Headers[headerError].(string); ok {
+			dm.Attempts, dm.LastError = 1, cause // kept dead at once
+		}
 		dm.Message, _ = message(del) // an unreadable one lists with its zero message
 		dm.DeadAt, _ = deathTime(del)
 		settled, err := fn(del, dm)
@@ -118,8 +121,11 @@ func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) (settled
 	return nil
 }
 
-// deathTime is when the broker dead-lettered d.
+// deathTime is when the broker dead-lettered d, or the app kept it dead.
 func deathTime(d amqp.Delivery) (time.Time, bool) {
+	if t, ok := d.Headers[headerDeadAt].(time.Time); ok {
+		return t, true
+	}
 	deaths, _ := d.Headers["x-death"].([]any)
 	for _, x := range deaths {
 		if t, ok := x.(amqp.Table)["time"].(time.Time); ok {
@@ -175,17 +181,23 @@ func (d rabbitDead) Drop(_ context.Context, id uuid.UUID, _ string) (int64, erro
 // republish sends a dead message straight to the app's queue (through the
 // default exchange) and waits for the broker's confirm.
 func (r *Rabbit) republish(ctx context.Context, dm DeadMessage) error {
+	return r.send(ctx, r.cfg.Queue, publishing(dm.Message))
+}
+
+// send publishes p to the queue through the default exchange and waits
+// for the broker's confirm.
+func (r *Rabbit) send(ctx context.Context, queue string, p amqp.Publishing) error {
 	r.pubMu.Lock()
 	defer r.pubMu.Unlock()
 	if err := r.publishLocked(ctx, nil); err != nil {
 		r.dropPublisher()
 		return err
 	}
-	dc, err := r.pubCh.PublishWithDeferredConfirmWithContext(ctx, "", r.cfg.Queue, false, false, publishing(dm.Message))
+	dc, err := r.pubCh.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, p)
 	if err == nil {
 		var ok bool
 		if ok, err = dc.WaitContext(ctx); err == nil && !ok {
-			err = fmt.Errorf("the broker did not confirm message %s", dm.Message.ID)
+			err = fmt.Errorf("the broker did not confirm message %s", p.MessageId)
 		}
 	}
 	if err != nil {

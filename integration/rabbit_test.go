@@ -178,7 +178,13 @@ func (b broker) transport(t *testing.T, app string, maxDeliveries int) *integrat
 // the transport, stopped when the test ends.
 func instance(t *testing.T, app *kumikotest.App, tr integration.Transport) *integration.Service {
 	t.Helper()
-	svc, err := integration.New(app.Executor, app.Store, integration.Config{Transport: tr})
+	return instanceWith(t, app, integration.Config{Transport: tr})
+}
+
+// instanceWith is instance with a config of the test's.
+func instanceWith(t *testing.T, app *kumikotest.App, cfg integration.Config) *integration.Service {
+	t.Helper()
+	svc, err := integration.New(app.Executor, app.Store, cfg)
 	require.NoError(t, err)
 	require.NoError(t, svc.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
@@ -189,8 +195,13 @@ func instance(t *testing.T, app *kumikotest.App, tr integration.Transport) *inte
 // dispatcher.
 func publisher(t *testing.T, tr integration.Transport) *kumikotest.App {
 	t.Helper()
-	app := kumikotest.NewApp(t, []*feature.Feature{orders})
-	svc := instance(t, app, tr)
+	return publisherOf(t, kumikotest.NewApp(t, []*feature.Feature{orders}), integration.Config{Transport: tr})
+}
+
+// publisherOf runs app's relay with cfg on a started dispatcher.
+func publisherOf(t *testing.T, app *kumikotest.App, cfg integration.Config) *kumikotest.App {
+	t.Helper()
+	svc := instanceWith(t, app, cfg)
 	relay, ok := svc.Relay()
 	require.True(t, ok)
 	d, err := consumer.New(app.Store, consumer.Config{InstanceID: "orders-1", PollInterval: 50 * time.Millisecond}, relay)

@@ -153,7 +153,7 @@ func (a *App) wire() error {
 		}
 	}
 	if p.Integration, err = integration.New(p.Executor, p.Store, integration.Config{
-		Transport: a.transport, Logger: cfg.Logger, Metrics: p.Metrics,
+		Transport: a.transport, Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider,
 	}); err != nil {
 		return err
 	}

@@ -21,7 +21,9 @@ const MessageStream = "kumiko.message"
 
 // Publish appends an integration event to the transaction of the context,
 // as a stream of its own in the caller's tenant; it leaves the app only if
-// that transaction commits.
+// that transaction commits. The message's headers carry the trace context
+// of the publishing span, so the relay's and the handlers' spans continue
+// its trace.
 func (cc *commandContext) Publish(event string, payload any) error {
 	c, ok := cc.d.reg.Contract(event)
 	if !ok {
@@ -49,7 +51,7 @@ func (cc *commandContext) Publish(event string, payload any) error {
 		Type: event, EventVersion: c.Version, Payload: raw,
 		Metadata: eventstore.Metadata{
 			UserID: cc.c.User.ID, RequestID: cc.c.RequestID, CorrelationID: cc.c.CorrelationID,
-			CausationID: cc.causation, IdempotencyKey: cc.c.IdempotencyKey, Headers: cc.c.Headers,
+			CausationID: cc.causation, IdempotencyKey: cc.c.IdempotencyKey, Headers: withTraceparent(cc.ctx, cc.c.Headers),
 		},
 	})
 	if err != nil {
