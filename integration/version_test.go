@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/consumer"
@@ -134,13 +135,8 @@ func seen(t *testing.T, app *kumikotest.App) []string {
 	t.Helper()
 	rows, err := app.Pool.Query(ctx, "SELECT order_id FROM received ORDER BY order_id")
 	require.NoError(t, err)
-	var out []string
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		out = append(out, s)
-	}
-	require.NoError(t, rows.Err())
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	return out
 }
 
