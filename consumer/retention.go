@@ -12,8 +12,9 @@ import (
 
 // PruneEvents removes old events of the named aggregate types through
 // eventstore.Store.Prune: those created before opts.OlderThan whose
-// aggregate type is in opts.AggregateTypes (opts.Guard is replaced by the
-// consumer guard). It never removes an event that a consumer shard which is
+// aggregate type is in opts.AggregateTypes. opts.Guard, when set, is asked
+// after the consumer guard, with the id that one lets go, and may lower it
+// (the integration relay's guard lets only relayed messages go). It never removes an event that a consumer shard which is
 // not disabled has not processed yet: when one lags behind the newest event
 // the prune would remove, it refuses with an *Error wrapping ErrLagging
 // that names the shard, and removes nothing. A dry run (opts.DryRun) runs
@@ -50,17 +51,18 @@ func (o *Ops) PruneEvents(ctx context.Context, opts eventstore.PruneOptions) (ev
 	if err := validatePrune(opts); err != nil {
 		return eventstore.PruneResult{}, err
 	}
-	opts.Guard = o.pruneGuard
+	extra := opts.Guard
 	var refused error
-	if opts.DryRun {
-		opts.Guard = func(ctx context.Context, tx pgx.Tx, needed int64) (int64, error) {
-			upTo, err := o.pruneGuard(ctx, tx, needed)
-			if errors.Is(err, ErrLagging) {
-				refused = err
-				return needed, nil
-			}
+	opts.Guard = func(ctx context.Context, tx pgx.Tx, needed int64) (int64, error) {
+		upTo, err := o.pruneGuard(ctx, tx, needed)
+		if opts.DryRun && errors.Is(err, ErrLagging) {
+			refused = err
+			upTo, err = needed, nil
+		}
+		if err != nil || extra == nil {
 			return upTo, err
 		}
+		return extra(ctx, tx, upTo)
 	}
 	res, err := o.store.Prune(ctx, opts)
 	if err != nil {

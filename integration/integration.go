@@ -51,6 +51,16 @@ type Config struct {
 	// TracerProvider makes the spans of publishing and handling (see
 	// TracerName). Default: none are recorded.
 	TracerProvider trace.TracerProvider
+	// InboxRetention is how long kumiko_inbox keeps the record that a
+	// handler handled a message; a started Service deletes older rows every
+	// InboxSweepInterval (first right after Start), InboxSweepBatch rows
+	// per statement. It must exceed the time a message may be redelivered
+	// in: a message redelivered after its rows are gone runs its handlers
+	// again. Default DefaultInboxRetention (7 days); negative keeps the rows
+	// forever.
+	InboxRetention     time.Duration
+	InboxSweepInterval time.Duration
+	InboxSweepBatch    int
 }
 
 // Transport carries published messages to other processes and apps and
@@ -78,6 +88,9 @@ type Service struct {
 	metrics  *metrics
 	tracer   trace.Tracer
 	handlers map[string][]registry.IntegrationHandler // by contract
+
+	stopSweep context.CancelFunc // of the inbox sweep, while started
+	swept     chan struct{}      // closed when the sweep has stopped
 }
 
 // New returns the integration service of the executor's app. It touches
@@ -97,6 +110,15 @@ func New(exec *pipeline.Executor, store *eventstore.Store, cfg Config) (*Service
 	}
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = noop.NewTracerProvider()
+	}
+	if cfg.InboxRetention == 0 {
+		cfg.InboxRetention = DefaultInboxRetention
+	}
+	if cfg.InboxSweepInterval <= 0 {
+		cfg.InboxSweepInterval = DefaultInboxSweepInterval
+	}
+	if cfg.InboxSweepBatch <= 0 {
+		cfg.InboxSweepBatch = DefaultInboxSweepBatch
 	}
 	m, err := newMetrics(cfg.Metrics)
 	if err != nil {
@@ -187,12 +209,28 @@ func (s *Service) types() []string {
 	return out
 }
 
-// Start starts receiving through the transport; in process it does
-// nothing, the relay delivers. Over RabbitMQ it first unbinds the app's
-// queue from the contracts its previous start bound and the app no longer
-// handles (kumiko_integration_bindings remembers them), so the queue is
-// bound to exactly the contracts handled.
+// Start starts receiving through the transport and, when the app has
+// handlers, the inbox sweep (see Config.InboxRetention). In process it
+// receives nothing: the relay delivers. Over RabbitMQ it first unbinds the
+// app's queue from the contracts its previous start bound and the app no
+// longer handles (kumiko_integration_bindings remembers them), so the
+// queue is bound to exactly the contracts handled.
 func (s *Service) Start(ctx context.Context) error {
+	if err := s.startTransport(ctx); err != nil {
+		return err
+	}
+	if len(s.handlers) > 0 && s.cfg.InboxRetention > 0 && s.stopSweep == nil {
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.stopSweep, s.swept = cancel, make(chan struct{})
+		go func(done chan struct{}) {
+			defer close(done)
+			s.sweep(sctx)
+		}(s.swept)
+	}
+	return nil
+}
+
+func (s *Service) startTransport(ctx context.Context) error {
 	if s.cfg.Transport == nil {
 		return nil
 	}
@@ -230,8 +268,17 @@ func (s *Service) Start(ctx context.Context) error {
 	})
 }
 
-// Stop stops the transport.
+// Stop stops the inbox sweep and the transport.
 func (s *Service) Stop(ctx context.Context) error {
+	if s.stopSweep != nil {
+		s.stopSweep()
+		s.stopSweep = nil
+		select {
+		case <-s.swept:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if s.cfg.Transport == nil {
 		return nil
 	}

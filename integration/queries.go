@@ -14,6 +14,9 @@ type queries struct {
 	// the same pair waits for the first transaction and then finds its row
 	// (or, after a rollback, takes over).
 	claim string
+	// sweepInbox deletes up to $2 rows handled before $1 that no other
+	// transaction holds.
+	sweepInbox string
 	// Dead messages.
 	putDead, listDead, getDead, dropDead string
 	// The broker bindings of the app's queue.
@@ -28,6 +31,10 @@ func newQueries(schema string) queries {
 	)
 	return queries{
 		claim: r.Replace(`INSERT INTO {inbox} (message_id, handler) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true`),
+		sweepInbox: r.Replace(`DELETE FROM {inbox} i USING (
+    SELECT message_id, handler FROM {inbox} WHERE handled_at < $1
+    ORDER BY handled_at LIMIT $2 FOR UPDATE SKIP LOCKED) old
+WHERE i.message_id = old.message_id AND i.handler = old.handler`),
 		putDead: r.Replace(`INSERT INTO {dead} (message_id, handler, type, tenant_id, message, attempts, last_error)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (message_id, handler) DO UPDATE SET attempts = {dead}.attempts + EXCLUDED.attempts,

@@ -154,6 +154,7 @@ func (a *App) wire() error {
 	}
 	if p.Integration, err = integration.New(p.Executor, p.Store, integration.Config{
 		Transport: a.transport, Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider,
+		InboxRetention: cfg.InboxRetention,
 	}); err != nil {
 		return err
 	}

@@ -178,6 +178,11 @@ type Config struct {
 	// IdempotencyPruneInterval is how often a server deletes the keys past
 	// IdempotencyRetention, first right after it starts. Default 1h.
 	IdempotencyPruneInterval time.Duration
+	// InboxRetention is how long kumiko_inbox records that an integration
+	// handler handled a message (see integration.Config.InboxRetention):
+	// longer than the broker redelivers in. Default 7 days; negative: kept
+	// forever.
+	InboxRetention time.Duration
 }
 
 // Defaults of Config's limits.

@@ -25,6 +25,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/internal/migrations"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
@@ -1102,9 +1103,11 @@ func (o *ops) pruneCmd() *cobra.Command {
 		Long: "Remove the events of the aggregate types named by --types created before --older-than " +
 			"(a duration such as 720h or 30d, counted back from now, or an RFC 3339 time). It refuses, " +
 			"removing nothing, while a consumer that is not disabled has not processed them. Snapshots and " +
-			"archive markers are kept. --dry-run counts without removing, and says which consumer would refuse a real run.",
+			"archive markers are kept. Published integration messages (" + pipeline.MessageStream + ") go only once the " +
+			"integration relay has passed them. --dry-run counts without removing, and says which consumer would refuse a real run.",
 		Example: "  events prune --types task --older-than 720h --dry-run\n" +
-			"  events prune --types task,audit --older-than 2026-01-01T00:00:00Z",
+			"  events prune --types task,audit --older-than 2026-01-01T00:00:00Z\n" +
+			"  events prune --types " + pipeline.MessageStream + " --older-than 7d",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			before, err := parseOlderThan(olderThan, time.Now())
@@ -1120,9 +1123,11 @@ func (o *ops) pruneCmd() *cobra.Command {
 					fmt.Fprintf(p.out, "pruning events of %s created before %s…", strings.Join(types, ", "), before.UTC().Format(time.RFC3339))
 					p.drawn = true
 				}
-				res, err := consumer.NewOps(c.store).PruneEvents(ctx, eventstore.PruneOptions{
-					OlderThan: before, AggregateTypes: types, DryRun: dryRun,
-				})
+				opts := eventstore.PruneOptions{OlderThan: before, AggregateTypes: types, DryRun: dryRun}
+				if slices.Contains(types, pipeline.MessageStream) {
+					opts.Guard = integration.PruneGuard(c.store) // only what the relay passed
+				}
+				res, err := consumer.NewOps(c.store).PruneEvents(ctx, opts)
 				p.done()
 				var refused *consumer.Error
 				switch {
