@@ -13,5 +13,9 @@
 // Each handler runs in a write transaction of its own that also records
 // (message id, handler) in kumiko_inbox: a redelivered message skips the
 // handlers that already committed, and one failing handler never undoes or
-// holds back another. See docs/integration-events.md.
+// holds back another. A message of an older contract version reaches the
+// handlers upcast to the app's version; one of a newer version is kept
+// dead. Inbox rows past Config.InboxRetention are swept by every started
+// instance, and PruneGuard lets a prune of the outbox remove only what the
+// relay passed. Spans: see TracerName. See docs/integration-events.md.
 package integration

@@ -21,20 +21,20 @@ import (
 // Three releases of the contract "order.placed", as the shared contracts
 // package would hold them over time: v2 renamed orderId to order and added
 // currency, v3 added channel.
-type (
-	PlacedV1 struct {
-		OrderID string `json:"orderId" validate:"required"`
-	}
-	PlacedV2 struct {
-		Order    string `json:"order" validate:"required"`
-		Currency string `json:"currency" validate:"required"`
-	}
-	PlacedV3 struct {
-		Order    string `json:"order" validate:"required"`
-		Currency string `json:"currency" validate:"required"`
-		Channel  string `json:"channel" validate:"required"`
-	}
-)
+type PlacedV1 struct {
+	OrderID string `json:"orderId" validate:"required"`
+}
+
+type PlacedV2 struct {
+	Order    string `json:"order" validate:"required"`
+	Currency string `json:"currency" validate:"required"`
+}
+
+type PlacedV3 struct {
+	Order    string `json:"order" validate:"required"`
+	Currency string `json:"currency" validate:"required"`
+	Channel  string `json:"channel" validate:"required"`
+}
 
 // placedContract declares release v of the contract with its migrations.
 func placedContract(r *feature.Registrar, v int) {
@@ -43,12 +43,11 @@ func placedContract(r *feature.Registrar, v int) {
 		r.IntegrationEvent("order.placed", PlacedV1{})
 	case 2:
 		r.IntegrationEvent("order.placed", PlacedV2{}, feature.EventVersion(2))
+		r.EventMigration("order.placed", 1, 2, feature.Rename("orderId", "order"), feature.DefaultValue("currency", "EUR"))
 	case 3:
 		r.IntegrationEvent("order.placed", PlacedV3{}, feature.EventVersion(3))
-		r.EventMigration("order.placed", 2, 3, feature.DefaultValue("channel", "unknown"))
-	}
-	if v >= 2 {
 		r.EventMigration("order.placed", 1, 2, feature.Rename("orderId", "order"), feature.DefaultValue("currency", "EUR"))
+		r.EventMigration("order.placed", 2, 3, feature.DefaultValue("channel", "unknown"))
 	}
 }
 
