@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -95,4 +96,19 @@ func TestIntegrationDeadCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "no dead messages")
 	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM kumiko_inbox"), "the retried message was handled")
+
+	// `events prune --types kumiko.message` removes the relayed messages
+	// only: with the relay's shard disabled, the consumer guard would let
+	// a message go that never left.
+	_, err = app.Executor.Command(context.Background(), kumikotest.User(uuid.New(), "alice", "User"),
+		pipeline.Request{Type: "note.take", Payload: json.RawMessage(`{"text":"waiting"}`)})
+	require.NoError(t, err)
+	_, err = consumer.NewOps(app.Store).Disable(context.Background(), integration.RelayName, consumer.SharedInstance)
+	require.NoError(t, err)
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	out, err = cli("events", "prune", "--types", pipeline.MessageStream, "--older-than", future)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "removed 2 events")
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE aggregate_type = $1 AND payload->>'text' = 'waiting'",
+		pipeline.MessageStream))
 }
