@@ -60,3 +60,35 @@ func TestAppDeliversIntegrationEventsInProcess(t *testing.T) {
 	require.Equal(t, 1.0, counter("kumiko_integration_handled_total"))
 	require.Zero(t, counter("kumiko_integration_failed_total"))
 }
+
+// One HTTP command publishes order.shipped, in process: the relay's
+// publish span is a child of the command's span, and the billing handler's
+// span a child of the publish span, all in the request's trace.
+func TestTraceOfAPublishAndItsHandler(t *testing.T) {
+	t.Parallel()
+	tp, byName := recordSpans(t)
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	app, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
+		Addr: "127.0.0.1:0", InstanceID: "shop-trace", TracerProvider: tp}, orders.Feature, billing.Feature)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+
+	token := issue(t, []string{"User"})
+	base := "http://" + app.Addr()
+	var res struct{ Data struct{ ID string } }
+	require.NoError(t, json.Unmarshal([]byte(post(t, base+"/api/write", token, `{"type":"order.create","payload":{"customer":"ACME","total":10}}`, http.StatusOK)), &res))
+	post(t, base+"/api/command", token, `{"type":"order.ship","payload":{"id":"`+res.Data.ID+`","version":1}}`, http.StatusOK)
+
+	awaitSpan(t, byName, "integration.handle order.shipped create-invoice")
+	cmd := byName("cmd.order.ship")
+	require.Len(t, cmd, 1)
+	publish := byName("integration.publish order.shipped")
+	require.Len(t, publish, 1)
+	handle := byName("integration.handle order.shipped create-invoice")[0]
+	require.Equal(t, cmd[0].SpanContext.TraceID(), publish[0].SpanContext.TraceID())
+	require.Equal(t, cmd[0].SpanContext.SpanID(), publish[0].Parent.SpanID(), "publish is a child of the command")
+	require.Equal(t, cmd[0].SpanContext.TraceID(), handle.SpanContext.TraceID(), "the handler runs in the request's trace")
+	require.Equal(t, publish[0].SpanContext.SpanID(), handle.Parent.SpanID(), "the handler's span is a child of publish")
+}

@@ -25,9 +25,7 @@ import (
 // command's trace context, and the projection's consumer pass links to it.
 func TestTraceOfAWriteAndItsConsumer(t *testing.T) {
 	t.Parallel()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, byName := recordSpans(t)
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
 	app, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
@@ -38,21 +36,8 @@ func TestTraceOfAWriteAndItsConsumer(t *testing.T) {
 
 	post(t, "http://"+app.Addr()+"/api/write", issue(t, []string{"User"}), `{"type":"task.create","payload":{"title":"traced"}}`, http.StatusOK)
 
-	byName := func(name string) []tracetest.SpanStub {
-		var out []tracetest.SpanStub
-		for _, s := range exp.GetSpans() {
-			if s.Name == name {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
 	// The counter's pass ends after the write answered: wait for it.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(byName("consumer.pass task-counter")) == 0 {
-		require.True(t, time.Now().Before(deadline), "no pass of task-counter was traced")
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+	awaitSpan(t, byName, "consumer.pass task-counter")
 
 	server := byName("POST /api/write")
 	require.Len(t, server, 1)
@@ -155,4 +140,31 @@ func dbQueryText(s tracetest.SpanStub) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// recordSpans returns a tracer provider that keeps every span in memory,
+// and a function that returns those called name.
+func recordSpans(t *testing.T) (*sdktrace.TracerProvider, func(name string) []tracetest.SpanStub) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp, func(name string) []tracetest.SpanStub {
+		var out []tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			if s.Name == name {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+}
+
+// awaitSpan waits until a span called name has ended.
+func awaitSpan(t *testing.T, byName func(string) []tracetest.SpanStub, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(byName(name)) == 0 {
+		require.True(t, time.Now().Before(deadline), "no span %s was recorded", name)
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
 }
