@@ -58,9 +58,13 @@ type Config struct {
 	// in: a message redelivered after its rows are gone runs its handlers
 	// again. Default DefaultInboxRetention (7 days); negative keeps the rows
 	// forever.
-	InboxRetention     time.Duration
+	InboxRetention time.Duration
+	// InboxSweepInterval is the pause between two sweeps; default
+	// DefaultInboxSweepInterval (1h).
 	InboxSweepInterval time.Duration
-	InboxSweepBatch    int
+	// InboxSweepBatch is how many rows one delete statement removes at
+	// most; default DefaultInboxSweepBatch (1000).
+	InboxSweepBatch int
 }
 
 // Transport carries published messages to other processes and apps and
