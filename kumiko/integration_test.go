@@ -66,7 +66,7 @@ func TestAppDeliversIntegrationEventsInProcess(t *testing.T) {
 // span a child of the publish span, all in the request's trace.
 func TestTraceOfAPublishAndItsHandler(t *testing.T) {
 	t.Parallel()
-	tp, byName := recordSpans(t)
+	tp, _, byName := recordSpans(t)
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
 	app, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,

@@ -25,7 +25,7 @@ import (
 // command's trace context, and the projection's consumer pass links to it.
 func TestTraceOfAWriteAndItsConsumer(t *testing.T) {
 	t.Parallel()
-	tp, byName := recordSpans(t)
+	tp, exp, byName := recordSpans(t)
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
 	app, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
@@ -88,9 +88,7 @@ func TestTraceOfAWriteAndItsConsumer(t *testing.T) {
 // are none.
 func TestDatabaseSpans(t *testing.T) {
 	t.Parallel()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, exp, _ := recordSpans(t)
 	db := kumikotest.NewDB(t)
 	ctx := context.Background()
 	app, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
@@ -142,13 +140,13 @@ func dbQueryText(s tracetest.SpanStub) (string, bool) {
 	return "", false
 }
 
-// recordSpans returns a tracer provider that keeps every span in memory,
-// and a function that returns those called name.
-func recordSpans(t *testing.T) (*sdktrace.TracerProvider, func(name string) []tracetest.SpanStub) {
+// recordSpans returns a tracer provider that keeps every span in memory
+// (exp), and a function that returns those called name.
+func recordSpans(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter, func(name string) []tracetest.SpanStub) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return tp, func(name string) []tracetest.SpanStub {
+	return tp, exp, func(name string) []tracetest.SpanStub {
 		var out []tracetest.SpanStub
 		for _, s := range exp.GetSpans() {
 			if s.Name == name {
