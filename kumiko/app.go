@@ -54,8 +54,10 @@ type App struct {
 	redis    *redis.Client // the idempotency store's client; nil without Config.RedisURL
 	// transport carries integration events; nil = in process.
 	transport integration.Transport
-	addr      listenAddr
-	metrics   listenAddr
+	// jobsUI is River's UI under jobs.UIPath; nil in a worker and without jobs.
+	jobsUI  *jobs.UI
+	addr    listenAddr
+	metrics listenAddr
 
 	begun bool                              // Start was called
 	stops []func(ctx context.Context) error // of the started parts, in start order
@@ -210,7 +212,26 @@ func (a *App) wireHTTP() error {
 		Ready:               p.Pool.Ping,
 		RequestTimeout:      max(cfg.RequestTimeout, 0),
 	}, p.Executor, p.Store)
-	return err
+	if err != nil {
+		return err
+	}
+	return a.mountJobsUI()
+}
+
+// mountJobsUI serves River's UI under jobs.UIPath to the operator role,
+// when the app has jobs.
+func (a *App) mountJobsUI() error {
+	r := a.parts.Executor.Jobs()
+	if r == nil {
+		return nil
+	}
+	ui, err := r.UI(jobs.UIPath)
+	if err != nil {
+		return err
+	}
+	a.parts.HTTP.MountOperator(jobs.UIPath, ui)
+	a.jobsUI = ui
+	return nil
 }
 
 // step is one part of the start order: start brings it up, stop takes it
@@ -238,6 +259,9 @@ func (a *App) steps() []step {
 	}
 	if cfg.MetricsAddr != "" {
 		steps = append(steps, metricsListener(cfg, p.Metrics, &a.metrics))
+	}
+	if a.jobsUI != nil {
+		steps = append(steps, step{start: a.jobsUI.Start, stop: a.jobsUI.Stop})
 	}
 	if a.withHTTP {
 		steps = append(steps, apiListener(cfg, p.HTTP, &a.addr))
