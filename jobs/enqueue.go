@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
@@ -43,6 +45,11 @@ func (r *Runner) EnqueueTx(ctx context.Context, tx pgx.Tx, name string, args any
 	res, err := r.client.InsertTx(ctx, tx, env, opts)
 	if err != nil {
 		return Enqueued{}, fmt.Errorf("jobs: enqueue %s: %w", name, err)
+	}
+	if !res.UniqueSkippedAsDuplicate && res.Job.State == rivertype.JobStateAvailable {
+		if err := r.notifyInsert(ctx, tx); err != nil {
+			return Enqueued{}, fmt.Errorf("jobs: enqueue %s: %w", name, err)
+		}
 	}
 	return Enqueued{ID: res.Job.ID, Duplicate: res.UniqueSkippedAsDuplicate}, nil
 }
@@ -108,14 +115,21 @@ const ConsumerName = "jobs"
 // consumer's cursor, so each matching committed event enqueues each of its
 // jobs exactly once. ok is false when no job is triggered by events.
 func (r *Runner) Consumer() (c consumer.Consumer, ok bool) {
-	byType := map[string][]Job{}
+	// A job's insert options are the same for each of its events: built
+	// once, not per event.
+	type triggered struct {
+		job  Job
+		opts *river.InsertOpts
+	}
+	byType := map[string][]triggered{}
 	var types []string
 	for _, j := range r.jobs {
+		opts := r.insertOpts(j, Options{})
 		for _, t := range j.On {
 			if len(byType[t]) == 0 {
 				types = append(types, t)
 			}
-			byType[t] = append(byType[t], j)
+			byType[t] = append(byType[t], triggered{j, opts})
 		}
 	}
 	if len(types) == 0 {
@@ -126,11 +140,12 @@ func (r *Runner) Consumer() (c consumer.Consumer, ok bool) {
 		Delivery: feature.Shared,
 		Types:    types,
 		HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
-			var plain, unique []river.InsertManyParams
+			plain := make([]river.InsertManyParams, 0, len(evs))
+			var unique []river.InsertManyParams
 			for _, ev := range evs {
-				for _, j := range byType[ev.Type] {
-					p := river.InsertManyParams{Args: eventEnvelope(j, ev), InsertOpts: r.insertOpts(j, Options{})}
-					if j.UniqueFor > 0 {
+				for _, t := range byType[ev.Type] {
+					p := river.InsertManyParams{Args: eventEnvelope(t.job, ev), InsertOpts: t.opts}
+					if t.job.UniqueFor > 0 {
 						unique = append(unique, p)
 					} else {
 						plain = append(plain, p)
@@ -149,9 +164,31 @@ func (r *Runner) Consumer() (c consumer.Consumer, ok bool) {
 					return err
 				}
 			}
+			if len(plain)+len(unique) > 0 {
+				return r.notifyInsert(ctx, tx)
+			}
 			return nil
 		},
 	}, true
+}
+
+// insertPayload is River's insert notification for the default queue,
+// byte for byte, so that Postgres folds it into River's own when both are
+// sent in one transaction.
+const insertPayload = `{"queue": "default"}`
+
+// notifyInsert sends River's insert notification in tx, delivered when tx
+// commits: every started Runner on the schema fetches at once (within its
+// FetchCooldown). River sends it too, but at most once per FetchCooldown
+// and process; the enqueues in between would wait for the next poll.
+func (r *Runner) notifyInsert(ctx context.Context, tx pgx.Tx) error {
+	err := r.client.Driver().UnwrapExecutor(tx).NotifyMany(ctx, &riverdriver.NotifyManyParams{
+		Payload: []string{insertPayload}, Schema: r.store.Schema(), Topic: "river_insert",
+	})
+	if err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	return nil
 }
 
 // eventEnvelope is the job j caused by ev: its args are the event's payload,

@@ -129,6 +129,12 @@ type Config struct {
 	// PollInterval is the fallback fetch interval when no notification
 	// arrives; default one second.
 	PollInterval time.Duration
+	// FetchCooldown is the shortest time between two fetches of a process:
+	// enqueues notified within it are fetched together at its end. It
+	// bounds the pick-up latency under a steady stream of enqueues, and the
+	// fetch queries a busy process sends to at most one per cooldown;
+	// default 10 ms, at most PollInterval.
+	FetchCooldown time.Duration
 	// Metrics, when set, gets the job metrics.
 	Metrics prometheus.Registerer
 	// Locker serves Exclusive jobs; default a Postgres locker on the
@@ -158,6 +164,9 @@ func (c Config) WithDefaults() Config {
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
 	}
+	if c.FetchCooldown == 0 {
+		c.FetchCooldown = min(c.PollInterval, 10*time.Millisecond)
+	}
 	return c
 }
 
@@ -169,6 +178,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("jobs: Config.MaxAttempts is negative (%d)", c.MaxAttempts)
 	case c.PollInterval < 0:
 		return fmt.Errorf("jobs: Config.PollInterval is negative (%s)", c.PollInterval)
+	case c.FetchCooldown < time.Millisecond || c.FetchCooldown > c.PollInterval:
+		return fmt.Errorf("jobs: Config.FetchCooldown (%s) must be between 1ms and PollInterval (%s)", c.FetchCooldown, c.PollInterval)
 	}
 	return nil
 }
@@ -230,7 +241,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 		MaxAttempts:       cfg.MaxAttempts,
 		RetryPolicy:       backoff(cfg.Backoff),
 		FetchPollInterval: cfg.PollInterval,
-		FetchCooldown:     min(cfg.PollInterval, 50*time.Millisecond),
+		FetchCooldown:     cfg.FetchCooldown,
 		Middleware:        middleware(cfg),
 	})
 	if err != nil {

@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/jobs"
 )
 
@@ -20,9 +26,12 @@ const (
 
 // jobRows measures the jobs:
 //   - the drain of a jobBacklog-event backlog by the jobs' event trigger (a
-//     River job inserted per event with InsertManyTx in the pass
-//     transaction) against the same pass with a no-op handler: the
-//     overhead of enqueueing on events;
+//     River job inserted per event with InsertManyFastTx in the pass
+//     transaction) against the same pass with a no-op handler (the
+//     overhead of enqueueing on events), and against the same work written
+//     by hand on River (the framework's share of it);
+//   - that hand-written River pass against the no-op pass: what one River
+//     job row per event costs by itself;
 //   - the latency from an enqueue's commit (its return) to the job's Work
 //     in a started runner, p50 and p99, at jobRate enqueues/s.
 func (b *bench) jobRows(ctx context.Context) ([]row, error) {
@@ -49,19 +58,28 @@ func (b *bench) jobRows(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	trigger, _ := r.Consumer()
+	byHand, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: schema, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	raw := newRawPasser(b.pool, schema)
 
 	name := fmt.Sprintf("jobs trigger drain %s events, batch %d", formatValue(jobBacklog, ""), passBatch)
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
-	var total [2]measured
+	const trig, hand, noop = 0, 1, 2 // the sides
+	var total [3]measured
 	for round := range b.cfg.rounds {
-		for i := range 2 {
-			side := (i + round) % 2
+		for i := range 3 {
+			side := (i + round) % 3
 			var pass passFunc
-			if side == 0 {
+			switch side {
+			case trig:
 				c := trigger
 				c.Name = fmt.Sprintf("bench-jobs-%d", round)
 				pass, err = consumerPass(ctx, store, c)
-			} else {
+			case hand:
+				pass, err = raw.startRiver(ctx, fmt.Sprintf("bench-river-%d", round), byHand)
+			default:
 				pass, err = noopConsumer(ctx, store, fmt.Sprintf("bench-noop-%d", round))
 			}
 			if err != nil {
@@ -75,7 +93,11 @@ func (b *bench) jobRows(ctx context.Context) ([]row, error) {
 			total[side].elapsed += m.elapsed
 		}
 	}
-	rows := []row{{name: name + " (raw: no-op handler)", unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.80)}}
+	rows := []row{
+		{name: name + " (raw: no-op handler)", unit: "events/s", fw: total[trig].rate(), raw: total[noop].rate(), goal: atLeastOfRaw(0.80)},
+		{name: name + " (raw: River by hand)", unit: "events/s", fw: total[trig].rate(), raw: total[hand].rate()},
+		{name: "River InsertManyFastTx pass by hand (raw: no-op handler)", unit: "events/s", fw: total[hand].rate(), raw: total[noop].rate(), goal: atLeastOfRaw(0.80)},
+	}
 
 	// The trigger's jobs would queue ahead of the pick-up jobs.
 	if _, err := b.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{schema, "river_job"}.Sanitize()); err != nil {
@@ -125,4 +147,67 @@ func pickup(ctx context.Context, r *jobs.Runner, seen <-chan time.Time, d time.D
 		}
 	}
 	return lat.quantile(0.50), lat.quantile(0.99), nil
+}
+
+// handArgs are the args of the hand-written River pass's jobs, written as a
+// user of River would: the same kind and JSON as the trigger's jobs.
+type handArgs struct {
+	Args  json.RawMessage `json:"args"`
+	Cause handCause       `json:"cause"`
+	Event int64           `json:"event"`
+}
+
+type handCause struct {
+	TenantID      uuid.UUID `json:"tenantId"`
+	UserID        string    `json:"userId,omitempty"`
+	CorrelationID string    `json:"correlationId,omitempty"`
+	CausationID   string    `json:"causationId,omitempty"`
+}
+
+func (handArgs) Kind() string { return "bench-on-event" }
+
+// startRiver creates the state row name at cursor 0 and returns a pass
+// written by hand on River: lock the state row, read the next events by
+// the id cursor, insert one River job per event with River's own
+// InsertManyFastTx, save the cursor, all in one transaction.
+func (r *rawPasser) startRiver(ctx context.Context, name string, client *river.Client[pgx.Tx]) (passFunc, error) {
+	if _, err := r.pool.Exec(ctx, r.register, name, consumer.SharedInstance, 0); err != nil {
+		return nil, fmt.Errorf("register raw state row %s: %w", name, err)
+	}
+	return func(ctx context.Context) (int, int64, error) {
+		var (
+			n      int
+			cursor int64
+		)
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, r.lock, name, consumer.SharedInstance).Scan(&cursor); err != nil {
+				return fmt.Errorf("lock raw state row %s: %w", name, err)
+			}
+			rows, err := tx.Query(ctx, r.read, cursor, passBatch)
+			if err != nil {
+				return err
+			}
+			evs, err := scanEvents(rows)
+			if err != nil {
+				return err
+			}
+			if n = len(evs); n == 0 {
+				return nil
+			}
+			params := make([]river.InsertManyParams, n)
+			for i, ev := range evs {
+				params[i].Args = handArgs{Args: ev.Payload, Event: ev.ID, Cause: handCause{
+					TenantID: ev.TenantID, UserID: ev.Metadata.UserID, CorrelationID: ev.Metadata.CorrelationID,
+					CausationID: strconv.FormatInt(ev.ID, 10),
+				}}
+			}
+			if _, err := client.InsertManyFastTx(ctx, tx, params); err != nil {
+				return err
+			}
+			cursor = evs[n-1].ID
+			_, err = tx.Exec(ctx, r.save, name, consumer.SharedInstance, cursor)
+			return err
+		})
+		return n, cursor, err
+	}, nil
 }
