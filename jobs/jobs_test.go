@@ -100,6 +100,10 @@ func TestJobValidation(t *testing.T) {
 	}
 	_, err := jobs.New(db.Store, jobs.Config{}, jobs.Job{Name: "twice", Work: noop}, jobs.Job{Name: "twice", Work: noop})
 	require.ErrorContains(t, err, "twice")
+	for _, cfg := range []jobs.Config{{FetchCooldown: time.Microsecond}, {FetchCooldown: 2 * time.Second}, {PollInterval: time.Second, FetchCooldown: time.Minute}} {
+		_, err := jobs.New(db.Store, cfg, jobs.Job{Name: "once", Work: noop})
+		require.ErrorContains(t, err, "Config.FetchCooldown")
+	}
 }
 
 // A job enqueued in a write transaction exists only if the write commits,
