@@ -19,7 +19,8 @@ import (
 // A server with jobs serves River's UI under /ops/jobs to the operator
 // role: its page, the script the page loads (built into the binary), and
 // its API, which lists a job enqueued here. Anonymous callers and users
-// without the role are refused, on the page and on the API.
+// without the role are refused, on the page and on the API; a server
+// whose app has no jobs has no UI.
 func TestJobsUIForOperators(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
@@ -63,4 +64,13 @@ func TestJobsUIForOperators(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a user cannot cancel jobs through the UI's API")
+
+	// An app without jobs has no UI.
+	plain, err := kumiko.New(ctx, kumiko.Config{DatabaseURL: db.URL, Schema: db.Schema, JWTSecret: secret,
+		Addr: "127.0.0.1:0", InstanceID: "ui-2"}, tasks.Feature)
+	require.NoError(t, err)
+	require.NoError(t, plain.Start(ctx))
+	t.Cleanup(func() { _ = plain.Stop(context.Background()) })
+	status, _ = get(t, "http://"+plain.Addr()+jobs.UIPath+"/", operator)
+	require.Equal(t, http.StatusNotFound, status)
 }
