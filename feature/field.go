@@ -130,10 +130,33 @@ func (f *Field) ReadRoles(roles ...string) *Field {
 }
 
 // WriteRoles restricts who may set the field to users with one of roles;
-// without it every writer of the entity may.
+// without it every writer of the entity may. It is checked on CRUD creates
+// and updates (the fields the request sends) and when a command's handler
+// appends the entity's created or updated event (the fields its payload
+// carries); see [Field.WrittenBy] for commands that set the field on their
+// own authority.
 func (f *Field) WriteRoles(roles ...string) *Field {
 	f.spec.WriteRoles = slices.Clone(roles)
 	f.checkRoles("WriteRoles", roles)
+	return f
+}
+
+// WrittenBy names the commands (of the entity's feature) that may set the
+// field whatever their caller's roles: when one of them appends the entity's
+// created or updated event carrying the field, WriteRoles is not checked
+// for it. The command's own access rule still decides who may call it. Use
+// it with WriteRoles for a field that only some commands set, such as a
+// status that moves by transitions: WriteRoles("nobody") refuses it in CRUD
+// writes and other commands, WrittenBy lets the transitions set it. The
+// registry refuses a name that is not a command of the entity's feature.
+func (f *Field) WrittenBy(commands ...string) *Field {
+	f.spec.WrittenBy = slices.Clone(commands)
+	if len(commands) == 0 {
+		f.problem("WrittenBy needs at least one command")
+	}
+	if slices.Contains(commands, "") {
+		f.problem("WrittenBy has an empty command name")
+	}
 	return f
 }
 

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/registry"
 )
 
 // commandContext is the feature.CommandContext of one request.
@@ -29,12 +31,19 @@ type commandContext struct {
 	// causation is the id of the event being applied, for events a
 	// consumer appends in reaction; "" in requests.
 	causation string
+	// handler is the command or query a request runs, whose caller's field
+	// rules apply to what it appends and reads; "" for the system's own
+	// code (multi-stream projections, jobs, integration handlers).
+	handler string
+	// refused is the field write the handler tried and was refused: it
+	// fails the command even when the handler goes on.
+	refused *Error
 }
 
 var _ feature.CommandContext = (*commandContext)(nil)
 
-func (d *Executor) newCommandContext(ctx context.Context, tx pgx.Tx, c *Caller, featureName string) *commandContext {
-	return &commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: featureName}
+func (d *Executor) newCommandContext(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler) *commandContext {
+	return &commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: h.Feature, handler: h.Name}
 }
 
 func (cc *commandContext) Context() context.Context { return cc.ctx }
@@ -134,7 +143,7 @@ func (cc *commandContext) SnapshotAggregate(spec feature.SnapshotSpec) error {
 }
 
 func (cc *commandContext) AppendEvent(spec feature.AppendSpec) (feature.EventRef, error) {
-	ev, err := cc.d.appendSpec(cc.ctx, cc.tx, cc.c, cc.tenantFor(spec.AggregateType), cc.feature, spec, cc.causation)
+	ev, err := cc.appendSpec(cc.tx, spec)
 	if err != nil {
 		return feature.EventRef{}, err
 	}
@@ -146,7 +155,7 @@ func (cc *commandContext) TryAppendEvent(spec feature.AppendSpec) (feature.Event
 	if err != nil {
 		return feature.EventRef{}, false, err
 	}
-	ev, err := cc.d.appendSpec(cc.ctx, sp, cc.c, cc.tenantFor(spec.AggregateType), cc.feature, spec, cc.causation)
+	ev, err := cc.appendSpec(sp, spec)
 	if errors.Is(err, eventstore.ErrVersionConflict) {
 		if rbErr := sp.Rollback(cc.ctx); rbErr != nil {
 			return feature.EventRef{}, false, rbErr
@@ -179,6 +188,11 @@ func (cc *commandContext) QueryProjection(name string) feature.ProjectionQuery {
 	q := &projectionQuery{ctx: cc.ctx, db: cc.tx, name: name, tenant: cc.c.User.TenantID}
 	if t, ok := cc.d.entities[name]; ok {
 		q.def, q.table, q.tenant = t.e.Table(), t.table, cc.tenantFor(name)
+		if cc.handler != "" {
+			// A request's handler reads as its caller: the fields the
+			// caller may not read are not columns of the table it sees.
+			q.def, q.columns = t.readable(q.def, cc.c.User)
+		}
 	} else if p, ok := cc.d.reg.Projection(name); ok {
 		q.def = p.Table()
 		q.table = cc.d.qualify(q.def.Name)
@@ -264,9 +278,9 @@ func (a *aggregate) State() map[string]any {
 }
 
 func (a *aggregate) Append(eventType string, payload any) error {
-	ev, err := a.cc.d.appendSpec(a.cc.ctx, a.cc.tx, a.cc.c, a.cc.tenantFor(a.typ), a.cc.feature, feature.AppendSpec{
+	ev, err := a.cc.appendSpec(a.cc.tx, feature.AppendSpec{
 		AggregateID: a.id, AggregateType: a.typ, Type: eventType, Payload: payload, ExpectedVersion: a.version,
-	}, a.cc.causation)
+	})
 	if err != nil {
 		return err
 	}
@@ -296,18 +310,20 @@ func (p *projectionContext) Table() string            { return p.table }
 
 // projectionQuery reads a projection table of one tenant.
 type projectionQuery struct {
-	ctx    context.Context
-	db     feature.DB
-	name   string           // the projection, for errors
-	def    feature.TableDef // its declared columns
-	table  string           // schema-qualified
-	tenant uuid.UUID
-	err    error
+	ctx   context.Context
+	db    feature.DB
+	name  string           // the projection, for errors
+	def   feature.TableDef // its declared columns
+	table string           // schema-qualified
+	// columns is the select list of the table's rows; "" is every column.
+	columns string
+	tenant  uuid.UUID
+	err     error
 }
 
 // sql builds the statement. The tenant filter is applied to the table in an
-// inner query, so the author's Where only ever sees the tenant's rows,
-// whatever it says; it uses $1…$n for Args, and the tenant takes the next
+// inner query, so the author's Where only ever sees the tenant's rows (and
+// only the columns the caller may read), whatever it says; it uses $1…$n for Args, and the tenant takes the next
 // placeholder. Where must still be one condition (see checkWhere), OrderBy
 // a list of the table's declared columns.
 func (q *projectionQuery) sql(selectList string, f feature.ProjectionFilter, ordered bool) (string, []any, error) {
@@ -323,8 +339,8 @@ func (q *projectionQuery) sql(selectList string, f feature.ProjectionFilter, ord
 	}
 	args := append(slices.Clone(f.Args), [16]byte(q.tenant))
 	var b strings.Builder
-	fmt.Fprintf(&b, "SELECT %s FROM (SELECT * FROM %s WHERE tenant_id = $%d) AS %s",
-		selectList, q.table, len(args), pgx.Identifier{q.def.Name}.Sanitize())
+	fmt.Fprintf(&b, "SELECT %s FROM (SELECT %s FROM %s WHERE tenant_id = $%d) AS %s",
+		selectList, cmp.Or(q.columns, "*"), q.table, len(args), pgx.Identifier{q.def.Name}.Sanitize())
 	if f.Where != "" {
 		fmt.Fprintf(&b, " WHERE (%s)", f.Where)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -324,4 +325,26 @@ func (t *entityTable) visible(row map[string]any, u feature.User) map[string]any
 		}
 	}
 	return row
+}
+
+// readable is the entity's table def as u may read it, without the columns
+// of the fields u may not read, and its select list; "" when u reads every
+// column.
+func (t *entityTable) readable(def feature.TableDef, u feature.User) (feature.TableDef, string) {
+	hidden := map[string]bool{}
+	for _, f := range t.fields {
+		if !t.specs[f].CanRead(u.Authenticated, u.HasRole) {
+			hidden[spec.ColumnName(f)] = true
+		}
+	}
+	if len(hidden) == 0 {
+		return def, ""
+	}
+	def = def.Clone()
+	def.Columns = slices.DeleteFunc(def.Columns, func(c feature.Column) bool { return hidden[c.Name] })
+	cols := make([]string, len(def.Columns))
+	for i, c := range def.Columns {
+		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	return def, strings.Join(cols, ", ")
 }

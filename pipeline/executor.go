@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -271,7 +272,7 @@ func (d *Executor) Query(ctx context.Context, c Caller, req Request) (_ any, qer
 	default:
 		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 			return author.Run(d.log, func() (err error) {
-				out, err = h.Invoke(d.newCommandContext(ctx, tx, &c, h.Feature), in)
+				out, err = h.Invoke(d.newCommandContext(ctx, tx, &c, h), in)
 				return err
 			}, "handler", h.Name, "requestId", c.RequestID)
 		})
@@ -327,18 +328,24 @@ func (d *Executor) checkFieldWrite(u feature.User, h registry.Handler, raw json.
 	case registry.CreateInput:
 		var keys map[string]json.RawMessage
 		_ = json.Unmarshal(raw, &keys) // decoded successfully above
-		for k := range keys {
-			sent = append(sent, k)
-		}
+		sent = slices.Collect(maps.Keys(keys))
 	case registry.UpdateInput:
-		for k := range in.Changes {
-			sent = append(sent, k)
-		}
+		sent = slices.Collect(maps.Keys(in.Changes))
 	}
-	for _, f := range sent {
-		if spec, ok := t.specs[f]; ok && !spec.CanWrite(u.Authenticated, u.HasRole) {
-			return newError(CodeAccessDenied, "field_access", "you may not write the field "+f, nil).with("field", f)
+	return t.checkWrite(u, sent, "")
+}
+
+// checkWrite refuses the first of fields (sorted) that u may not write,
+// with access_denied (reason field_access, details.field); a field whose
+// WrittenBy names command passes.
+func (t *entityTable) checkWrite(u feature.User, fields []string, command string) *Error {
+	slices.Sort(fields)
+	for _, f := range fields {
+		spec, ok := t.specs[f]
+		if !ok || spec.CanWrite(u.Authenticated, u.HasRole) || (command != "" && slices.Contains(spec.WrittenBy, command)) {
+			continue
 		}
+		return newError(CodeAccessDenied, "field_access", "you may not write the field "+f, nil).with("field", f)
 	}
 	return nil
 }
@@ -348,7 +355,13 @@ func (d *Executor) checkFieldWrite(u feature.User, h registry.Handler, raw json.
 func (d *Executor) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (out any, err error) {
 	err = author.Run(d.log, func() (err error) {
 		if h.Kind == registry.KindCommand {
-			out, err = h.Invoke(d.newCommandContext(ctx, tx, c, h.Feature), in)
+			cc := d.newCommandContext(ctx, tx, c, h)
+			out, err = h.Invoke(cc, in)
+			if cc.refused != nil {
+				// A refused field write fails the command even when the
+				// handler went on without it.
+				err = cc.refused
+			}
 			if err == nil {
 				// The answer is encoded after the commit: a result that
 				// cannot be encoded must fail the command before it commits,

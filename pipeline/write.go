@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -90,18 +91,20 @@ func (t *entityTable) lockRow(ctx context.Context, tx pgx.Tx, id, tenant uuid.UU
 	return v, err
 }
 
-// appendSpec validates an event a handler or consumer appends and writes it:
-// the event must be one featureName may emit and its payload must pass the
-// event's validation; otherwise nothing is written.
-func (d *Executor) appendSpec(ctx context.Context, tx pgx.Tx, c *Caller, tenant uuid.UUID, featureName string, spec feature.AppendSpec, causation string) (eventstore.Event, error) {
+// appendSpec validates an event a handler or consumer appends and writes it
+// in db: the event must be one the feature may emit, its payload must pass
+// the event's validation, and a command may only set the entity fields its
+// caller may write (see checkAuthoring); otherwise nothing is written.
+func (cc *commandContext) appendSpec(db pgx.Tx, spec feature.AppendSpec) (eventstore.Event, error) {
+	d := cc.d
 	et, ok := d.reg.Event(spec.Type)
 	switch {
 	case !ok:
 		return eventstore.Event{}, newError(CodeInternal, "unknown_event", "internal error",
-			fmt.Errorf("feature %s appends undefined event %q", featureName, spec.Type))
-	case !d.reg.CanEmit(featureName, spec.Type):
+			fmt.Errorf("feature %s appends undefined event %q", cc.feature, spec.Type))
+	case !d.reg.CanEmit(cc.feature, spec.Type):
 		return eventstore.Event{}, newError(CodeInternal, "foreign_event", "internal error",
-			fmt.Errorf("feature %s appends event %q of feature %s", featureName, spec.Type, et.Feature))
+			fmt.Errorf("feature %s appends event %q of feature %s", cc.feature, spec.Type, et.Feature))
 	}
 	aggType := spec.AggregateType
 	if et.Entity != "" {
@@ -109,9 +112,6 @@ func (d *Executor) appendSpec(ctx context.Context, tx pgx.Tx, c *Caller, tenant 
 			return eventstore.Event{}, fmt.Errorf("event %s belongs to %s streams, not %s", spec.Type, et.Entity, aggType)
 		}
 		aggType = et.Entity
-		if t := d.entities[et.Entity]; t.e.SystemStream() {
-			tenant = eventstore.SystemTenant
-		}
 	}
 	if aggType == "" {
 		return eventstore.Event{}, fmt.Errorf("append %s: AggregateType is empty", spec.Type)
@@ -124,12 +124,35 @@ func (d *Executor) appendSpec(ctx context.Context, tx pgx.Tx, c *Caller, tenant 
 	if err != nil {
 		return eventstore.Event{}, err
 	}
+	if err := cc.checkAuthoring(et, raw); err != nil {
+		cc.refused = err
+		return eventstore.Event{}, err
+	}
 	if raw, err = json.Marshal(decoded); err != nil {
 		return eventstore.Event{}, err
 	}
-	stream := eventstore.Stream{TenantID: tenant, AggregateType: aggType, AggregateID: spec.AggregateID}
-	ev, _, err := d.appendValid(ctx, tx, c, stream, spec.ExpectedVersion, spec.Type, raw, causation, spec.Headers)
+	stream := eventstore.Stream{TenantID: cc.tenantFor(aggType), AggregateType: aggType, AggregateID: spec.AggregateID}
+	ev, _, err := d.appendValid(cc.ctx, db, cc.c, stream, spec.ExpectedVersion, spec.Type, raw, cc.causation, spec.Headers)
 	return ev, err
+}
+
+// checkAuthoring applies the entity's field write rules to an event a
+// command appends. The fields an event changes are the keys of the payload
+// raw, as the handler wrote it, of the entity's created or updated event
+// that name entity fields: only these two events set fields (every other
+// event on an entity stream only moves its version). A field the caller
+// may not write is refused unless the field names the running command in
+// WrittenBy. The system's own code (handler "") is not checked: it runs as
+// the user who caused it, without that user's roles, and what it writes is
+// the feature's decision.
+func (cc *commandContext) checkAuthoring(et registry.EventType, raw json.RawMessage) *Error {
+	t := cc.d.entities[et.Entity]
+	if cc.handler == "" || t == nil || !t.writeRoles || (et.Verb != registry.VerbCreate && et.Verb != registry.VerbUpdate) {
+		return nil
+	}
+	var keys map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &keys) // decoded successfully before
+	return t.checkWrite(cc.c.User, slices.Collect(maps.Keys(keys)), cc.handler)
 }
 
 // appendValid appends one validated event and projects it; it returns the

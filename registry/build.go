@@ -140,6 +140,11 @@ func (b *builder) build(features []*feature.Feature) {
 			b.handler(d.Name, h)
 		}
 	}
+	for _, d := range b.defs {
+		for _, e := range d.Entities {
+			b.writtenBy(d.Name, e)
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(b.reg.handlers)) {
 		if owner, ok := b.eventOwner[name]; ok {
 			h := b.reg.handlers[name]
@@ -308,6 +313,23 @@ func (b *builder) references(feat string, def spec.Entity) {
 			if _, ok := b.entityOwner[fs.Ref]; !ok {
 				b.fail(feat, fmt.Sprintf("entity %q field %q", def.Name, name), RuleField,
 					"references entity %q, which no feature declares", fs.Ref)
+			}
+		}
+	}
+}
+
+// writtenBy checks that the commands a field names in WrittenBy are command
+// handlers of the entity's feature, the only ones that can append its
+// events.
+func (b *builder) writtenBy(feat string, def spec.Entity) {
+	if b.reg.entities[def.Name] == nil || b.reg.entities[def.Name].feature != feat {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(def.Fields)) {
+		for _, cmd := range def.Fields[name].WrittenBy {
+			if h, ok := b.reg.handlers[cmd]; cmd != "" && (!ok || h.Kind != KindCommand || h.Feature != feat) {
+				b.fail(feat, fmt.Sprintf("entity %q field %q", def.Name, name), RuleField,
+					"WrittenBy names %q, which is not a command of feature %q", cmd, feat)
 			}
 		}
 	}

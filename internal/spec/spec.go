@@ -157,6 +157,9 @@ type Field struct {
 	Ref        string
 	ReadRoles  []string
 	WriteRoles []string
+	// WrittenBy are the commands that write the field whatever their
+	// caller's WriteRoles.
+	WrittenBy []string
 	// Problems are builder misuses (MaxLen on a bool, …); each fails the boot.
 	Problems []string
 }
@@ -166,6 +169,7 @@ func (f Field) Clone() Field {
 	f.Enum = slices.Clone(f.Enum)
 	f.ReadRoles = slices.Clone(f.ReadRoles)
 	f.WriteRoles = slices.Clone(f.WriteRoles)
+	f.WrittenBy = slices.Clone(f.WrittenBy)
 	f.Problems = slices.Clone(f.Problems)
 	return f
 }

@@ -62,12 +62,23 @@ type statusChange struct {
 	Status string `json:"status"`
 }
 
+// transitionCommands are the commands of the transitions: the only ones
+// that set an order's status.
+func transitionCommands() []string {
+	var out []string
+	for _, tr := range transitions {
+		out = append(out, tr.command)
+	}
+	return out
+}
+
 // Feature is order handling. The status is set by transitions only: no
-// role may send it in a CRUD write.
+// role may send it in a CRUD write or another command.
 var Feature = feature.Define("orders", func(r *feature.Registrar) {
 	r.Entity("order", feature.Fields{
-		"item":   feature.Text().Required().MaxLen(200),
-		"status": feature.Enum(Placed, Paid, Shipped, Cancelled).Default(Placed).WriteRoles("nobody"),
+		"item": feature.Text().Required().MaxLen(200),
+		"status": feature.Enum(Placed, Paid, Shipped, Cancelled).Default(Placed).
+			WriteRoles("nobody").WrittenBy(transitionCommands()...),
 	})
 	r.Crud("order", feature.Access{Write: feature.Roles("Clerk"), Read: feature.AnyUser()})
 	for _, tr := range transitions {
