@@ -16,7 +16,6 @@ import (
 const (
 	codePayloadTooLarge       = "payload_too_large"
 	codeRateLimited           = "rate_limited"
-	codeProjectionRebuilding  = "projection_rebuild_in_progress"
 	codeMethodNotAllowed      = "method_not_allowed"
 	problemTypeBase           = "https://kumiko.dev/problems/"
 	contentTypeProblem        = "application/problem+json"
@@ -60,28 +59,28 @@ func statusOf(code, reason string) int {
 		return http.StatusRequestEntityTooLarge
 	case codeRateLimited:
 		return http.StatusTooManyRequests
-	case codeProjectionRebuilding, pipeline.CodeUnavailable:
+	case pipeline.CodeProjectionRebuilding, pipeline.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
 
 var titles = map[string]string{
-	pipeline.CodeValidation:          "Validation failed",
-	pipeline.CodeUnauthenticated:     "Unauthenticated",
-	pipeline.CodeAccessDenied:        "Access denied",
-	pipeline.CodeNotFound:            "Not found",
-	codeMethodNotAllowed:             "Method not allowed",
-	pipeline.CodeVersionConflict:     "Version conflict",
-	pipeline.CodeStreamArchived:      "Stream archived",
-	pipeline.CodeUniqueViolation:     "Unique violation",
-	pipeline.CodeIdempotencyConflict: "Idempotency conflict",
-	pipeline.CodeUnprocessable:       "Unprocessable request",
-	codePayloadTooLarge:              "Payload too large",
-	codeRateLimited:                  "Too many requests",
-	codeProjectionRebuilding:         "Projection rebuild in progress",
-	pipeline.CodeUnavailable:         "Service unavailable",
-	pipeline.CodeInternal:            "Internal server error",
+	pipeline.CodeValidation:           "Validation failed",
+	pipeline.CodeUnauthenticated:      "Unauthenticated",
+	pipeline.CodeAccessDenied:         "Access denied",
+	pipeline.CodeNotFound:             "Not found",
+	codeMethodNotAllowed:              "Method not allowed",
+	pipeline.CodeVersionConflict:      "Version conflict",
+	pipeline.CodeStreamArchived:       "Stream archived",
+	pipeline.CodeUniqueViolation:      "Unique violation",
+	pipeline.CodeIdempotencyConflict:  "Idempotency conflict",
+	pipeline.CodeUnprocessable:        "Unprocessable request",
+	codePayloadTooLarge:               "Payload too large",
+	codeRateLimited:                   "Too many requests",
+	pipeline.CodeProjectionRebuilding: "Projection rebuild in progress",
+	pipeline.CodeUnavailable:          "Service unavailable",
+	pipeline.CodeInternal:             "Internal server error",
 }
 
 // problem is the application/problem+json body of every error (RFC 9457

@@ -196,9 +196,11 @@ func (cc *commandContext) QueryProjection(name string) feature.ProjectionQuery {
 	} else if p, ok := cc.d.reg.Projection(name); ok {
 		q.def = p.Table()
 		q.table = cc.d.qualify(q.def.Name)
+		q.err = cc.checkBuilt(name, false)
 	} else if m, ok := cc.d.reg.MSP(name); ok {
 		if td, ok := m.Table(); ok && hasColumn(td, "tenant_id") {
 			q.def, q.table = td, cc.d.qualify(td.Name)
+			q.err = cc.checkBuilt(name, true)
 		} else {
 			q.err = fmt.Errorf("projection %s has no table with a tenant_id column to filter by", name)
 		}
@@ -206,6 +208,16 @@ func (cc *commandContext) QueryProjection(name string) feature.ProjectionQuery {
 		q.err = fmt.Errorf("no projection %q", name)
 	}
 	return q
+}
+
+// checkBuilt refuses a request's read of a projection table still being
+// built; the system's own code (a projection's apply during its own
+// catch-up) reads it as it is.
+func (cc *commandContext) checkBuilt(name string, msp bool) error {
+	if cc.handler == "" {
+		return nil
+	}
+	return cc.d.checkBuilt(cc.ctx, cc.tx, name, msp)
 }
 
 func hasColumn(t feature.TableDef, name string) bool {

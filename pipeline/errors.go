@@ -24,7 +24,11 @@ const (
 	CodeUniqueViolation = "unique_violation"
 	CodeUnprocessable   = "unprocessable"
 	CodeUnavailable     = "unavailable"
-	CodeInternal        = "internal_error"
+	// CodeProjectionRebuilding answers a query of a projection whose table
+	// is still being built for the first time: it would return partial
+	// rows. Retry later.
+	CodeProjectionRebuilding = "projection_rebuild_in_progress"
+	CodeInternal             = "internal_error"
 )
 
 // Error is a request failure as the client may see it: a stable Code, a finer

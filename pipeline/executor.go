@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,6 +87,9 @@ type Executor struct {
 	asOfTimeout time.Duration
 	// jobs runs the registry's jobs; nil when there are none.
 	jobs *jobs.Runner
+	// built holds the names of projections whose tables are known to be
+	// complete (see checkBuilt).
+	built sync.Map
 }
 
 // New returns an executor for the registry's features on store. The store

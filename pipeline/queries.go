@@ -16,6 +16,8 @@ type queries struct {
 	recordKey, keyHash, pruneKeys string
 	// Projection rebuild state.
 	markRebuilding, clearQuarantine, quarantine, progress, markReady, markFailed, projectionState string
+	// Projection tables created after their events.
+	markIncomplete, incompleteUntil string
 }
 
 func newQueries(schema string) queries {
@@ -41,11 +43,15 @@ VALUES ($1, $2, $3) ON CONFLICT (projection, event_id) DO UPDATE SET error = EXC
 		progress: r.Replace(`UPDATE {projections}
 SET last_processed_event_id = $2, updated_at = now() WHERE name = $1`),
 		markReady: r.Replace(`UPDATE {projections}
-SET status = 'ready', last_processed_event_id = $2, last_rebuild_at = now(), last_error = '', updated_at = now()
+SET status = 'ready', last_processed_event_id = $2, last_rebuild_at = now(), last_error = '',
+	incomplete_until = NULL, updated_at = now()
 WHERE name = $1`),
 		markFailed: r.Replace(`INSERT INTO {projections} AS p (name, status, last_error, updated_at)
 VALUES ($1, 'failed', $2, now())
 ON CONFLICT (name) DO UPDATE SET status = 'failed', last_error = EXCLUDED.last_error, updated_at = now()`),
+		markIncomplete: r.Replace(`INSERT INTO {projections} (name, incomplete_until) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET incomplete_until = EXCLUDED.incomplete_until, updated_at = now()`),
+		incompleteUntil: r.Replace(`SELECT incomplete_until FROM {projections} WHERE name = $1`),
 		projectionState: r.Replace(`SELECT status, last_processed_event_id, last_rebuild_at, last_error FROM {projections} WHERE name = $1`),
 	}
 }

@@ -555,6 +555,35 @@ func (r *rebuild) fail(ctx context.Context, cause error) {
 	}
 }
 
+// checkBuilt answers projection_rebuild_in_progress while name's table is
+// being built for the first time (see EnsureSchema): it lacks events a query
+// would miss. A table being rebuilt behind a shadow table is complete and
+// passes. Once complete, a table stays so: the answer is kept.
+func (d *Executor) checkBuilt(ctx context.Context, tx pgx.Tx, name string, msp bool) error {
+	if _, ok := d.built.Load(name); ok {
+		return nil
+	}
+	var until *int64
+	if err := tx.QueryRow(ctx, d.sql.incompleteUntil, name).Scan(&until); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if until != nil && msp {
+		cursor, err := d.consumers.LowestCursorTx(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if cursor >= *until {
+			until = nil
+		}
+	}
+	if until != nil {
+		return newError(CodeProjectionRebuilding, "",
+			fmt.Sprintf("projection %s is being built from the stored events; retry later", name), nil)
+	}
+	d.built.Store(name, true)
+	return nil
+}
+
 // ProjectionStatuses reports every inline projection and table-backed
 // multi-stream projection, in registry order.
 func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, error) {

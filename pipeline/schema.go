@@ -15,17 +15,27 @@ import (
 // executor's own tables are Migrate's). It runs in one transaction under an
 // advisory lock, so N processes may boot at once. Columns
 // are never dropped or retyped: that is a projection rebuild.
+//
+// A projection table it creates while events the projection applies exist
+// already (a projection added to an app with history) lacks them: queries
+// of it answer projection_rebuild_in_progress until it is complete — for an
+// inline projection after RebuildProjection, for a multi-stream projection
+// reading from the beginning once its consumer has passed those events.
 func (d *Executor) EnsureSchema(ctx context.Context) error {
-	var tables []feature.TableDef
+	var tables []ensureTable
 	for _, e := range d.reg.Entities() {
-		tables = append(tables, e.Table())
+		tables = append(tables, ensureTable{def: e.Table()})
 	}
 	for _, p := range d.reg.Projections() {
-		tables = append(tables, p.Table())
+		tables = append(tables, ensureTable{def: p.Table(), projection: p.Name()})
 	}
 	for _, m := range d.reg.MSPs() {
 		if t, ok := m.Table(); ok {
-			tables = append(tables, t)
+			et := ensureTable{def: t}
+			if m.StartFrom() == feature.FromBeginning {
+				et.projection = m.Name()
+			}
+			tables = append(tables, et)
 		}
 	}
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
@@ -33,9 +43,14 @@ func (d *Executor) EnsureSchema(ctx context.Context) error {
 			return err
 		}
 		for _, t := range tables {
-			for _, stmt := range d.tableDDL(t) {
+			if t.projection != "" {
+				if err := d.markIfIncomplete(ctx, tx, t); err != nil {
+					return fmt.Errorf("table %s: %w", t.def.Name, err)
+				}
+			}
+			for _, stmt := range d.tableDDL(t.def) {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
-					return fmt.Errorf("table %s: %w", t.Name, err)
+					return fmt.Errorf("table %s: %w", t.def.Name, err)
 				}
 			}
 		}
@@ -45,6 +60,34 @@ func (d *Executor) EnsureSchema(ctx context.Context) error {
 		return fmt.Errorf("ensure read tables: %w", err)
 	}
 	return nil
+}
+
+// ensureTable is a read table EnsureSchema keeps.
+type ensureTable struct {
+	def feature.TableDef
+	// projection names the projection that fills the table from the
+	// events already stored; "" for entity tables and projections that
+	// start with the events after them.
+	projection string
+}
+
+// markIfIncomplete records a projection table about to be created while
+// events it applies exist: the table lacks every event up to their head.
+func (d *Executor) markIfIncomplete(ctx context.Context, tx pgx.Tx, t ensureTable) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, d.qualify(t.def.Name)).Scan(&exists); err != nil || exists {
+		return err
+	}
+	target, err := d.rebuildTarget(t.projection)
+	if err != nil {
+		return err
+	}
+	head, err := d.store.HeadTx(ctx, tx, target.filter())
+	if err != nil || head == 0 {
+		return err
+	}
+	_, err = tx.Exec(ctx, d.sql.markIncomplete, t.projection, head)
+	return err
 }
 
 // tableDDL is the idempotent DDL of a read table.
