@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // Every row of the error table (docs/http.md), each produced by a real request.
-// rate_limited (429) and projection_rebuild_in_progress (503) have no
-// producer yet — no rate limiter, no rebuilds — so only their mapping is
-// tested (TestStatusOfEveryCode).
+// rate_limited (429) has no producer yet — no rate limiter — so only its
+// mapping is tested (TestStatusOfEveryCode).
 func TestErrorTable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -112,6 +112,23 @@ func TestErrorTable(t *testing.T) {
 		r := down.post("/api/write", alice, `{"type":"task.create","payload":{"title":"x"}}`, "Idempotency-Key", "k")
 		requireProblem(t, r, 503, "unavailable", "idempotency_unavailable")
 		require.Equal(t, "1", r.header.Get("Retry-After"))
+	})
+	t.Run("projection_rebuild_in_progress", func(t *testing.T) {
+		// tasks_by_month created after its events, as when a projection
+		// is added to an app with history: 503 until it is built.
+		late := newEnv(t)
+		late.create(alice, "before the table")
+		late.app.Exec(t, "DROP TABLE tasks_by_month")
+		require.NoError(t, late.app.Executor.EnsureSchema(context.Background()))
+		stats := `{"type":"task.stats","payload":{}}`
+		r := late.post("/api/query", alice, stats)
+		requireProblem(t, r, 503, "projection_rebuild_in_progress", "")
+		require.Equal(t, "1", r.header.Get("Retry-After"))
+		_, err := late.app.Executor.RebuildProjection(context.Background(), "tasks_by_month", pipeline.RebuildOptions{})
+		require.NoError(t, err)
+		r = late.post("/api/query", alice, stats)
+		require.Equal(t, 200, r.status, r.String())
+		require.Len(t, r.obj(t)["data"], 1)
 	})
 	t.Run("internal_error", func(t *testing.T) {
 		r := e.post("/api/command", alice, `{"type":"probe.fail","payload":{}}`)

@@ -15,7 +15,7 @@ import (
 )
 
 // Every code of the error contract maps to its status; codes no request
-// produces yet (rate_limited, projection_rebuild_in_progress) included.
+// produces yet (rate_limited) included.
 func TestStatusOfEveryCode(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
