@@ -148,7 +148,8 @@ func (f *Field) WriteRoles(roles ...string) *Field {
 // it with WriteRoles for a field that only some commands set, such as a
 // status that moves by transitions: WriteRoles("nobody") refuses it in CRUD
 // writes and other commands, WrittenBy lets the transitions set it. The
-// registry refuses a name that is not a command of the entity's feature.
+// registry refuses a name that is not a command of the entity's feature,
+// and WrittenBy on a field without WriteRoles.
 func (f *Field) WrittenBy(commands ...string) *Field {
 	f.spec.WrittenBy = slices.Clone(commands)
 	if len(commands) == 0 {

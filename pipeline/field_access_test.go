@@ -191,7 +191,8 @@ func TestSystemAuthoringIsNotChecked(t *testing.T) {
 	require.Equal(t, "di 7 3 v2", employeeRow(t, app, id))
 }
 
-// WrittenBy must name a command of the entity's feature.
+// WrittenBy must name a command of the entity's feature, on a field with
+// WriteRoles.
 func TestWrittenByNamesACommandOfTheFeature(t *testing.T) {
 	t.Parallel()
 	f := feature.Define("bad", func(r *feature.Registrar) {
@@ -199,6 +200,13 @@ func TestWrittenByNamesACommandOfTheFeature(t *testing.T) {
 	})
 	_, err := registry.Build(f)
 	require.ErrorContains(t, err, `WrittenBy names "thing.nope", which is not a command of feature "bad"`)
+
+	f = feature.Define("bad", func(r *feature.Registrar) {
+		r.Entity("thing", feature.Fields{"x": feature.Text().WrittenBy("thing.set")})
+		feature.HandleCommand(r, "thing.set", feature.AnyUser(), func(feature.CommandContext, struct{}) (any, error) { return nil, nil })
+	})
+	_, err = registry.Build(f)
+	require.ErrorContains(t, err, "WrittenBy without WriteRoles changes nothing")
 }
 
 // Reading an entity's table through QueryProjection applies the fields'

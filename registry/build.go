@@ -320,16 +320,19 @@ func (b *builder) references(feat string, def spec.Entity) {
 
 // writtenBy checks that the commands a field names in WrittenBy are command
 // handlers of the entity's feature, the only ones that can append its
-// events.
+// events, and that the field has WriteRoles for them to override.
 func (b *builder) writtenBy(feat string, def spec.Entity) {
 	if b.reg.entities[def.Name] == nil || b.reg.entities[def.Name].feature != feat {
 		return
 	}
 	for _, name := range slices.Sorted(maps.Keys(def.Fields)) {
-		for _, cmd := range def.Fields[name].WrittenBy {
+		fs, item := def.Fields[name], fmt.Sprintf("entity %q field %q", def.Name, name)
+		if len(fs.WrittenBy) > 0 && len(fs.WriteRoles) == 0 {
+			b.fail(feat, item, RuleField, "WrittenBy without WriteRoles changes nothing: every writer may set the field")
+		}
+		for _, cmd := range fs.WrittenBy {
 			if h, ok := b.reg.handlers[cmd]; cmd != "" && (!ok || h.Kind != KindCommand || h.Feature != feat) {
-				b.fail(feat, fmt.Sprintf("entity %q field %q", def.Name, name), RuleField,
-					"WrittenBy names %q, which is not a command of feature %q", cmd, feat)
+				b.fail(feat, item, RuleField, "WrittenBy names %q, which is not a command of feature %q", cmd, feat)
 			}
 		}
 	}
