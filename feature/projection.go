@@ -41,6 +41,12 @@ type Column struct {
 	// "numeric(12,2)", "timestamptz", "uuid", "jsonb", "text[]", ….
 	Type    string
 	NotNull bool
+	// ReadRoles, when set, restricts the column to callers with one of the
+	// roles: in the rows a request's handler reads with QueryProjection the
+	// column is left out for others, who can neither filter nor sort by it.
+	// Use it for columns copied from fields with ReadRoles. It may not be
+	// set on tenant_id or a primary key column (checked at boot).
+	ReadRoles []string
 }
 
 // Index is a secondary index over columns, in order.
@@ -58,6 +64,9 @@ func (p InlineProjection) clone() InlineProjection {
 // Clone returns a deep copy of t.
 func (t TableDef) Clone() TableDef {
 	t.Columns = slices.Clone(t.Columns)
+	for i := range t.Columns {
+		t.Columns[i].ReadRoles = slices.Clone(t.Columns[i].ReadRoles)
+	}
 	t.PrimaryKey = slices.Clone(t.PrimaryKey)
 	idx := make([]Index, len(t.Indexes))
 	for i, x := range t.Indexes {

@@ -207,6 +207,11 @@ func (cc *commandContext) QueryProjection(name string) feature.ProjectionQuery {
 	} else {
 		q.err = fmt.Errorf("no projection %q", name)
 	}
+	if _, entity := cc.d.entities[name]; !entity && q.err == nil && cc.handler != "" {
+		// Columns with ReadRoles the caller holds none of are not part of
+		// the table it sees.
+		q.def, q.columns = readableColumns(q.def, cc.c.User)
+	}
 	return q
 }
 

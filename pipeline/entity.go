@@ -337,11 +337,26 @@ func (t *entityTable) readable(def feature.TableDef, u feature.User) (feature.Ta
 			hidden[spec.ColumnName(f)] = true
 		}
 	}
-	if len(hidden) == 0 {
+	return narrowed(def, func(c feature.Column) bool { return hidden[c.Name] })
+}
+
+// readableColumns is a projection table's def as u may read it, without the
+// columns whose ReadRoles u holds none of, and its select list; "" when u
+// reads every column.
+func readableColumns(def feature.TableDef, u feature.User) (feature.TableDef, string) {
+	return narrowed(def, func(c feature.Column) bool {
+		return len(c.ReadRoles) > 0 && !(u.Authenticated && slices.ContainsFunc(c.ReadRoles, u.HasRole))
+	})
+}
+
+// narrowed is def without the columns hide reports, and the select list of
+// the others; def itself and "" when none is hidden.
+func narrowed(def feature.TableDef, hide func(feature.Column) bool) (feature.TableDef, string) {
+	if !slices.ContainsFunc(def.Columns, hide) {
 		return def, ""
 	}
 	def = def.Clone()
-	def.Columns = slices.DeleteFunc(def.Columns, func(c feature.Column) bool { return hidden[c.Name] })
+	def.Columns = slices.DeleteFunc(def.Columns, hide)
 	cols := make([]string, len(def.Columns))
 	for i, c := range def.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -71,15 +72,37 @@ var staff = feature.Define("staff", func(r *feature.Registrar) {
 			ExpectedVersion: feature.AnyVersion, Payload: map[string]any{"name": "renamed"}})
 		return nil, err
 	})
+	// payslips copies the salary into a projection, with the field's read
+	// rule on its column.
+	r.Projection("payslips", feature.InlineProjection{
+		Source: "employee",
+		Table: feature.TableDef{Name: "payslips", Columns: []feature.Column{
+			{Name: "tenant_id", Type: "uuid", NotNull: true},
+			{Name: "id", Type: "uuid", NotNull: true},
+			{Name: "salary", Type: "numeric", ReadRoles: []string{"HR"}},
+		}, PrimaryKey: []string{"id"}},
+		Apply: map[string]feature.ProjectionApplyFunc{
+			"employee.created": func(ctx feature.ProjectionContext, e feature.Event) error {
+				p, err := feature.Decode[struct{ Salary *float64 }](e)
+				if err != nil {
+					return err
+				}
+				_, err = ctx.DB().Exec(ctx.Context(), "INSERT INTO "+ctx.Table()+" (tenant_id, id, salary) VALUES ($1, $2, $3)",
+					ctx.Tenant(), e.AggregateID, p.Salary)
+				return err
+			},
+		},
+	})
 	// employee.find reads the entity's table through QueryProjection with
 	// the filter the request brings.
 	feature.HandleQuery(r, "employee.find", writers, func(ctx feature.CommandContext, in findSecrets) (any, error) {
 		f := feature.ProjectionFilter{Where: in.Where, Args: in.Args, OrderBy: in.OrderBy}
-		rows, err := ctx.QueryProjection("employee").Rows(f)
+		source := cmp.Or(in.Source, "employee")
+		rows, err := ctx.QueryProjection(source).Rows(f)
 		if err != nil {
 			return nil, err
 		}
-		n, err := ctx.QueryProjection("employee").Count(f)
+		n, err := ctx.QueryProjection(source).Count(f)
 		return map[string]any{"rows": rows, "count": n}, err
 	})
 })
@@ -240,4 +263,55 @@ func TestQueryProjectionHidesUnreadableFields(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, float64(100), res["rows"].([]any)[0].(map[string]any)["salary"])
 	require.Equal(t, float64(1), res["count"])
+}
+
+// A projection column with ReadRoles is left out of the rows a caller
+// without the role reads through QueryProjection, and is no column to
+// filter or sort by for it.
+func TestQueryProjectionHidesRestrictedColumns(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{staff})
+	write(t, app, hr, "employee.create", `{"name":"ann","salary":100}`)
+	find := func(c pipeline.Caller, in findSecrets) (map[string]any, error) {
+		in.Source = "payslips"
+		out, err := app.Executor.Query(ctx, c, req("employee.find", mustJSON(t, in)))
+		if err != nil {
+			return nil, err
+		}
+		return row(t, out), nil
+	}
+	res, err := find(clerk, findSecrets{})
+	require.NoError(t, err)
+	got := res["rows"].([]any)[0].(map[string]any)
+	require.Contains(t, got, "id")
+	require.NotContains(t, got, "salary")
+	_, err = find(clerk, findSecrets{Where: "salary > 50"})
+	require.Error(t, err)
+	_, err = find(clerk, findSecrets{OrderBy: "salary"})
+	require.ErrorContains(t, err, `"salary" is not a column`)
+
+	res, err = find(hr, findSecrets{Where: "salary > 50", OrderBy: "salary"})
+	require.NoError(t, err)
+	require.Equal(t, float64(100), res["rows"].([]any)[0].(map[string]any)["salary"])
+}
+
+// ReadRoles may not hide a row's key.
+func TestColumnReadRolesNotOnKeys(t *testing.T) {
+	t.Parallel()
+	for _, col := range []string{"tenant_id", "id"} {
+		f := feature.Define("bad", func(r *feature.Registrar) {
+			r.Entity("thing", feature.Fields{"x": feature.Text()})
+			cols := []feature.Column{{Name: "tenant_id", Type: "uuid", NotNull: true}, {Name: "id", Type: "uuid", NotNull: true}}
+			for i := range cols {
+				if cols[i].Name == col {
+					cols[i].ReadRoles = []string{"A"}
+				}
+			}
+			r.Projection("things", feature.InlineProjection{Source: "thing",
+				Table: feature.TableDef{Name: "things", Columns: cols, PrimaryKey: []string{"id"}},
+				Apply: map[string]feature.ProjectionApplyFunc{"thing.created": func(feature.ProjectionContext, feature.Event) error { return nil }}})
+		})
+		_, err := registry.Build(f)
+		require.ErrorContains(t, err, fmt.Sprintf("column %q is part of every row's key and cannot have ReadRoles", col))
+	}
 }

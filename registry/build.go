@@ -646,6 +646,13 @@ func (b *builder) checkTable(feat, item string, t feature.TableDef, needTenant b
 		if !columnTypeRe.MatchString(c.Type) {
 			b.fail(feat, item, RuleProjection, "column %q has type %q, which is not a plain PostgreSQL type", c.Name, c.Type)
 		}
+		switch {
+		case len(c.ReadRoles) == 0:
+		case slices.Contains(c.ReadRoles, ""):
+			b.fail(feat, item, RuleProjection, "column %q has an empty ReadRoles role name", c.Name)
+		case c.Name == "tenant_id" || slices.Contains(t.PrimaryKey, c.Name):
+			b.fail(feat, item, RuleProjection, "column %q is part of every row's key and cannot have ReadRoles", c.Name)
+		}
 		cols[c.Name] = true
 	}
 	known := func(what string, names []string) {
