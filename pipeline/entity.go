@@ -345,7 +345,7 @@ func (t *entityTable) readable(def feature.TableDef, u feature.User) (feature.Ta
 // reads every column.
 func readableColumns(def feature.TableDef, u feature.User) (feature.TableDef, string) {
 	return narrowed(def, func(c feature.Column) bool {
-		return len(c.ReadRoles) > 0 && !(u.Authenticated && slices.ContainsFunc(c.ReadRoles, u.HasRole))
+		return !spec.Field{ReadRoles: c.ReadRoles}.CanRead(u.Authenticated, u.HasRole)
 	})
 }
 
