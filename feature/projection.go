@@ -17,6 +17,10 @@ type InlineProjection struct {
 	// Apply maps event types to their apply functions: the source entity's
 	// CRUD events or events this feature defines. At least one entry.
 	Apply map[string]ProjectionApplyFunc
+	// Read decides who may follow the projection's row changes over HTTP
+	// (GET /api/projections/{name}/events). The zero Rule allows nobody:
+	// the channel of a projection without a Read rule answers 403.
+	Read Rule
 }
 
 // ProjectionApplyFunc applies one event to an inline projection's table.
@@ -56,6 +60,7 @@ type Index struct {
 }
 
 func (p InlineProjection) clone() InlineProjection {
+	p.Read.roles = slices.Clone(p.Read.roles)
 	p.Table = p.Table.Clone()
 	p.Apply = maps.Clone(p.Apply)
 	return p
@@ -160,6 +165,10 @@ type MultiStreamProjection struct {
 	StartFrom StartFrom
 	// BatchSize is the number of events per pass (default 200).
 	BatchSize int
+	// Read decides who may follow the rows of its Table over HTTP (GET
+	// /api/projections/{name}/events), as for [InlineProjection.Read]; the
+	// zero Rule allows nobody.
+	Read Rule
 }
 
 // ApplyFunc handles one event in a multi-stream projection.
@@ -167,6 +176,7 @@ type ApplyFunc func(ctx ApplyContext, e Event) error
 
 func (m MultiStreamProjection) clone() MultiStreamProjection {
 	m.Apply = maps.Clone(m.Apply)
+	m.Read.roles = slices.Clone(m.Read.roles)
 	if m.Table != nil {
 		t := m.Table.Clone()
 		m.Table = &t

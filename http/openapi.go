@@ -256,6 +256,14 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 		"/api/events": get("Server-Sent Events of the caller's tenant; Last-Event-ID or ?after= replays, ?types= filters.",
 			map[string]any{"description": "the event stream", "content": map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
 			http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable),
+		"/api/projections/{name}/events": map[string]any{
+			"parameters": []any{
+				map[string]any{"name": "name", "in": "path", "required": true, "schema": map[string]any{"type": "string"}},
+			},
+			"get": operation("Server-Sent Events of a projection's row changes in the caller's tenant: upsert, delete and reset frames; Last-Event-ID or ?after= resumes.", nil,
+				map[string]any{"description": "the row changes", "content": map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
+				http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusServiceUnavailable),
+		},
 		"/api/consumers": get("Consumer shards' state, for the operator role.",
 			jsonOK("the consumers", dataOf(map[string]any{"type": "array"})), http.StatusUnauthorized, http.StatusForbidden, http.StatusServiceUnavailable),
 		"/api/projections": get("Projections' state, for the operator role.",

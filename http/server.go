@@ -352,6 +352,7 @@ func (s *Server) routeAll() *echo.Echo {
 	e.GET("/api/events", s.events, s.authenticate)
 	e.GET("/api/consumers", s.consumers, s.deadline, s.authenticate)
 	e.GET("/api/projections", s.projections, s.deadline, s.authenticate)
+	e.GET("/api/projections/:name/events", s.projectionEvents, s.authenticate)
 	e.GET("/api/openapi.json", s.openapi)
 
 	if !s.cfg.SeparateMetrics {

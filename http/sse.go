@@ -74,20 +74,31 @@ type sseClient struct {
 	tenant uuid.UUID
 	user   feature.User
 	types  *typeFilter // nil: every type
+	// accept, when set, selects the events instead of types, and the
+	// client gets them unrendered (a projection channel's client).
+	accept func(eventstore.Event) bool
 	frames chan sseFrame
 	// gone is closed when the hub drops the client; reason says why.
 	gone   chan struct{}
 	reason string
 }
 
-// sseFrame is an event rendered once for every client that receives it.
+// sseFrame is an event rendered once for every client that receives it,
+// or the event itself for a client with accept.
 type sseFrame struct {
 	id  int64
 	raw []byte
+	ev  eventstore.Event
 }
 
 func (cl *sseClient) wants(ev eventstore.Event) bool {
-	return ev.TenantID == cl.tenant && cl.types.match(ev.Type)
+	if ev.TenantID != cl.tenant {
+		return false
+	}
+	if cl.accept != nil {
+		return cl.accept(ev)
+	}
+	return cl.types.match(ev.Type)
 }
 
 // typeFilter is what ?types= selects: exact event types, and patterns
@@ -116,6 +127,16 @@ var errStreamsClosed = errors.New("event streams are closed")
 // the hub's position: every event after it reaches the client (unless it is
 // dropped), none before it does.
 func (h *sseHub) subscribe(user feature.User, types *typeFilter) (cl *sseClient, last int64, seen bool, err error) {
+	return h.add(&sseClient{tenant: user.TenantID, user: user, types: types})
+}
+
+// subscribeEvents is subscribe for a client that takes the events of its
+// tenant that accept selects, unrendered.
+func (h *sseHub) subscribeEvents(user feature.User, accept func(eventstore.Event) bool) (cl *sseClient, last int64, seen bool, err error) {
+	return h.add(&sseClient{tenant: user.TenantID, user: user, accept: accept})
+}
+
+func (h *sseHub) add(cl *sseClient) (_ *sseClient, last int64, seen bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -124,7 +145,7 @@ func (h *sseHub) subscribe(user feature.User, types *typeFilter) (cl *sseClient,
 	if h.clients == nil {
 		h.clients = map[*sseClient]struct{}{}
 	}
-	cl = &sseClient{tenant: user.TenantID, user: user, types: types, frames: make(chan sseFrame, sseClientBuffer), gone: make(chan struct{})}
+	cl.frames, cl.gone = make(chan sseFrame, sseClientBuffer), make(chan struct{})
 	h.clients[cl] = struct{}{}
 	return cl, h.last, h.seen, nil
 }
@@ -161,6 +182,10 @@ func (h *sseHub) publish(ev eventstore.Event) error {
 		if !cl.wants(ev) {
 			continue
 		}
+		if cl.accept != nil {
+			h.offer(cl, sseFrame{id: ev.ID, ev: ev})
+			continue
+		}
 		hidden := h.guard.hidden(ev.Type, cl.user)
 		frame, ok := frames[hiddenKey(hidden)]
 		if !ok {
@@ -171,13 +196,19 @@ func (h *sseHub) publish(ev eventstore.Event) error {
 			frame = sseFrame{id: ev.ID, raw: raw}
 			frames[hiddenKey(hidden)] = frame
 		}
-		select {
-		case cl.frames <- frame:
-		default:
-			h.drop(cl, sseDropSlow)
-		}
+		h.offer(cl, frame)
 	}
 	return nil
+}
+
+// offer queues frame for cl, or drops cl when its buffer is full; h.mu is
+// held.
+func (h *sseHub) offer(cl *sseClient, frame sseFrame) {
+	select {
+	case cl.frames <- frame:
+	default:
+		h.drop(cl, sseDropSlow)
+	}
 }
 
 // close ends every stream and refuses new ones.

@@ -707,6 +707,10 @@ func (b *builder) projection(feat, name string, def feature.InlineProjection) {
 		ok = false
 	}
 	b.checkTable(feat, item, def.Table, true)
+	if p := def.Read.Problem(); p != "" {
+		b.fail(feat, item, RuleAccess, "Read: %s", p)
+		ok = false
+	}
 	if len(def.Apply) == 0 {
 		b.fail(feat, item, RuleApply, "no apply entries: the projection would never change")
 		ok = false
@@ -731,7 +735,7 @@ func (b *builder) projection(feat, name string, def feature.InlineProjection) {
 		return
 	}
 	p := &Projection{name: name, feature: feat, source: def.Source, table: def.Table.Clone(),
-		apply: maps.Clone(def.Apply), events: slices.Sorted(maps.Keys(def.Apply))}
+		apply: maps.Clone(def.Apply), events: slices.Sorted(maps.Keys(def.Apply)), read: def.Read}
 	b.reg.projections[name] = p
 	b.reg.projOrder = append(b.reg.projOrder, p)
 	b.reg.bySource[def.Source] = append(b.reg.bySource[def.Source], p)
@@ -763,6 +767,14 @@ func (b *builder) msp(feat string, m feature.MultiStreamProjection) {
 	}
 	if m.Table != nil {
 		b.checkTable(feat, item, *m.Table, false)
+	}
+	if p := m.Read.Problem(); p != "" {
+		bad("Read: %s", p)
+	}
+	if !m.Read.IsZero() && m.Table == nil {
+		bad("a Read rule without a table: a side-effect consumer has no rows to follow")
+	}
+	if m.Table != nil {
 		if m.Delivery == feature.PerInstance {
 			bad("PerInstance delivery with a table: every instance would apply every event to the same rows")
 		}

@@ -199,6 +199,7 @@ type Projection struct {
 	table   feature.TableDef
 	apply   map[string]feature.ProjectionApplyFunc
 	events  []string
+	read    feature.Rule
 }
 
 // Name is the projection's name.
@@ -215,6 +216,10 @@ func (p *Projection) Table() feature.TableDef { return p.table.Clone() }
 
 // Events lists the event types the projection applies, sorted.
 func (p *Projection) Events() []string { return slices.Clone(p.events) }
+
+// Read is who may follow the projection's row changes (the zero Rule:
+// nobody).
+func (p *Projection) Read() feature.Rule { return p.read }
 
 // Apply returns the apply function for eventType; false when the projection
 // ignores that type.
@@ -256,6 +261,10 @@ func (m *MSP) Apply(eventType string) (feature.ApplyFunc, bool) {
 	fn, ok := m.m.Apply[eventType]
 	return fn, ok
 }
+
+// Read is who may follow the rows of the projection's table (the zero
+// Rule: nobody).
+func (m *MSP) Read() feature.Rule { return m.m.Read }
 
 // MaxAttempts is the number of failed attempts before the consumer is dead.
 func (m *MSP) MaxAttempts() int { return m.m.MaxAttempts }
