@@ -353,7 +353,7 @@ func TestProjectionChannelWaitsForMultiStreamProjection(t *testing.T) {
 
 	_, err = d.RunPass(context.Background(), "vote_log")
 	require.NoError(t, err)
-	m := s.nextEvent()
+	m := nextFrame(t, s)
 	require.Equal(t, "upsert", m.event)
 	require.Equal(t, map[string]any{"voteId": id, "choice": "red"}, m.obj(t))
 	require.Equal(t, freshRows(t, e, auditor, "vote_log", keyOf("voteId"))[keyOf("voteId")(m.obj(t))], m.obj(t))
@@ -362,10 +362,24 @@ func TestProjectionChannelWaitsForMultiStreamProjection(t *testing.T) {
 	pass(t, d)
 	_, err = d.RunPass(context.Background(), "vote_log")
 	require.NoError(t, err)
-	del := s.nextEvent()
+	del := nextFrame(t, s)
 	require.Equal(t, "delete", del.event)
 	require.Equal(t, map[string]any{"voteId": id}, del.obj(t))
 	require.Greater(t, del.eventID(t), m.eventID(t))
+}
+
+// nextFrame is the next frame but heartbeats, failing the test when none
+// comes in time however many heartbeats do.
+func nextFrame(t *testing.T, s *sseStream) sseMsg {
+	t.Helper()
+	deadline := time.Now().Add(sseWait)
+	for time.Now().Before(deadline) {
+		if m := s.next(); !m.isComment {
+			return m
+		}
+	}
+	t.Fatalf("no frame but heartbeats within %s", sseWait)
+	return sseMsg{}
 }
 
 // Frames leave out the fields the caller may not read, as detail and list
