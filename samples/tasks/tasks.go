@@ -90,6 +90,8 @@ var Feature = feature.Define("tasks", func(r *feature.Registrar) {
 			"task.created":   countMonth("created"),
 			"task.completed": countMonth("completed"),
 		},
+		// Who may follow its rows live (GET /api/projections/tasks_by_month/events).
+		Read: feature.AnyUser(),
 	})
 	r.Query("task.stats", StatsQuery{}, feature.AnyUser(), stats)
 })
