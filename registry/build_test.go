@@ -454,6 +454,7 @@ func TestBootRules(t *testing.T) {
 				r.Projection("no_cols", feature.InlineProjection{Source: "task", Apply: apply, Table: feature.TableDef{Name: "no_cols"}})
 				r.Projection("clash", feature.InlineProjection{Source: "task", Apply: apply, Table: tenantTable("read_task")})
 				r.Projection("Bad Name", feature.InlineProjection{Source: "task", Apply: apply, Table: tenantTable("x")})
+				r.Projection("bad_read", feature.InlineProjection{Source: "task", Apply: apply, Table: tenantTable("br"), Read: feature.Roles()})
 			})}
 		}, []want{
 			{"a", `projection "no_tenant"`, registry.RuleProjection, "needs a tenant_id uuid column"},
@@ -466,6 +467,7 @@ func TestBootRules(t *testing.T) {
 			{"a", `projection "no_cols"`, registry.RuleProjection, "has no columns"},
 			{"a", `projection "clash"`, registry.RuleUnique, `table "read_task" is already used by feature "a" entity "task"`},
 			{"a", `projection "Bad Name"`, registry.RuleName, "projection names"},
+			{"a", `projection "bad_read"`, registry.RuleAccess, "Read: Roles() without role names"},
 		}},
 
 		// Multi-stream projections.
@@ -479,6 +481,7 @@ func TestBootRules(t *testing.T) {
 					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "ghost", Apply: map[string]feature.ApplyFunc{"ghost.happened": nopApply, "task.created": nil}})
 					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "fanout", Delivery: feature.PerInstance, Table: &tbl, Apply: apply})
 					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "settings", Apply: apply, MaxAttempts: -1, BatchSize: -5, Delivery: 9, StartFrom: 9})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "mail", Apply: apply, Read: feature.AnyUser()})
 					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "twice", Apply: apply})
 					r.Projection("shared-name", feature.InlineProjection{Source: "task", Table: tenantTable("sn"), Apply: map[string]feature.ProjectionApplyFunc{"task.created": nopProject}})
 				}),
@@ -497,6 +500,7 @@ func TestBootRules(t *testing.T) {
 			{"a", `msp "settings"`, registry.RuleProjection, "BatchSize -5 is negative"},
 			{"a", `msp "settings"`, registry.RuleProjection, "Delivery 9"},
 			{"a", `msp "settings"`, registry.RuleProjection, "StartFrom 9"},
+			{"a", `msp "mail"`, registry.RuleProjection, "a Read rule without a table"},
 			{"b", `msp "twice"`, registry.RuleUnique, `already declared by feature "a"`},
 			{"b", `msp "shared-name"`, registry.RuleUnique, `already declared by feature "a"`},
 			{"b", `msp ""`, registry.RuleName, "projection names"},
