@@ -34,6 +34,7 @@ var tally = feature.Define("tally", func(r *feature.Registrar) {
 				{Name: "tenant_id", Type: "uuid", NotNull: true},
 				{Name: "choice", Type: "text", NotNull: true},
 				{Name: "votes", Type: "bigint", NotNull: true},
+				{Name: "reviewed_by", Type: "text", ReadRoles: []string{"HR"}}, // hidden from the other users
 			},
 			PrimaryKey: []string{"tenant_id", "choice"},
 		},
@@ -412,6 +413,15 @@ func TestProjectionChannelHidesUnreadableFields(t *testing.T) {
 	m := resumed.nextEvent()
 	require.Equal(t, "Cy", m.obj(t)["name"])
 	require.NotContains(t, m.obj(t), "salary", "the replay hides it too")
+
+	// A projection column with ReadRoles is hidden the same way.
+	vote(t, e, alice, "yes")
+	plainCounts := openStream(t, e.srv, "/api/projections/vote_counts/events", alice).read()
+	fullCounts := openStream(t, e.srv, "/api/projections/vote_counts/events", hr).read()
+	require.Equal(t, "reset", plainCounts.nextEvent().event)
+	require.Equal(t, "reset", fullCounts.nextEvent().event)
+	require.NotContains(t, plainCounts.nextEvent().obj(t), "reviewedBy")
+	require.Contains(t, fullCounts.nextEvent().obj(t), "reviewedBy")
 }
 
 // frameOf reads s up to the frame of the employee called name (a row may be

@@ -200,16 +200,22 @@ func (f *RowFeed) Key(row map[string]any) map[string]any {
 // KeyOf is the key of the entity row of stream id (Keyed feeds only).
 func (f *RowFeed) KeyOf(id uuid.UUID) map[string]any { return map[string]any{"id": id.String()} }
 
-// visible takes out of an entity table's rows the fields u may not read, as
-// detail and list do; a projection table's columns have no read rules.
+// visible takes out of the rows what u may not read: an entity table's
+// fields by their ReadRoles, as detail and list do, and a projection
+// table's columns by theirs, as QueryProjection does.
 func (f *RowFeed) visible(rows []map[string]any, u feature.User) []map[string]any {
-	if f.entity == nil {
-		return rows
-	}
 	var hidden []string
-	for _, name := range f.entity.fields {
-		if !f.entity.specs[name].CanRead(u.Authenticated, u.HasRole) {
-			hidden = append(hidden, camelCase(spec.ColumnName(name)))
+	if f.entity != nil {
+		for _, name := range f.entity.fields {
+			if !f.entity.specs[name].CanRead(u.Authenticated, u.HasRole) {
+				hidden = append(hidden, camelCase(spec.ColumnName(name)))
+			}
+		}
+	} else {
+		for _, c := range f.def.Columns {
+			if !(spec.Field{ReadRoles: c.ReadRoles}).CanRead(u.Authenticated, u.HasRole) {
+				hidden = append(hidden, camelCase(c.Name))
+			}
 		}
 	}
 	for _, row := range rows {
