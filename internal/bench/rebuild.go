@@ -23,7 +23,7 @@ const (
 	rebuildEntity  = "rebuild_item"
 	rebuildProj    = "rebuild_counts"
 	rebuildPayload = `{"title":"write the benchmark"}`
-	rebuildTarget  = 50_000 // events/s the rebuild should reach
+	rebuildTarget  = 60_000 // events/s the rebuild should reach
 )
 
 // rebuildFeature is one entity and the simplest inline projection on it: a
