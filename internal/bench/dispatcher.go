@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -118,14 +121,19 @@ func (b *bench) drainRows(ctx context.Context) ([]row, error) {
 }
 
 // latencyRows measures commit-to-handler latency at paceRate appends/s of one
-// event each: once with the writer on a store and pool of its own, so only
-// LISTEN/NOTIFY can wake the consumer, and once with the writer on the
-// consumer's store, so the in-process wake-up applies too. The raw side is a
-// goroutine woken the same way (its own LISTEN connection, or
-// Store.Subscribe) that runs the raw pass until a batch is not full. Both
-// sides alternate in rounds as compare does; a writer's time is taken when
-// its append returned, the handler's when it is called with the event, both
-// in this process. A handler that ran before the append returned counts as 0.
+// event each: first with the consumer in a second process (this binary
+// started again with -consume, see consumeMain), woken only by LISTEN/NOTIFY
+// — the deployment the targets are about; then in this process, with the
+// writer on a store and pool of its own, so only LISTEN/NOTIFY can wake the
+// consumer, and with the writer on the consumer's store, so the in-process
+// wake-up applies too. The raw side is a goroutine woken the same way (its
+// own LISTEN connection, or Store.Subscribe) that runs the raw pass until a
+// batch is not full. Both sides alternate in rounds as compare does; a
+// writer's time is taken when its append returned (the commit), the
+// handler's when it is called with the event — in the second process its
+// wall-clock time, sent back over a pipe; both processes read this
+// machine's clock. A handler that ran before the append returned counts as
+// 0.
 func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 	schema := b.store.Schema() + "_lat"
 	store, err := b.migratedStore(ctx, schema)
@@ -150,53 +158,10 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 
 	raw := newRawPasser(b.pool, schema)
 	channel := store.NotifyChannel()
-	fw := latencySide{listens: true, start: func(ctx context.Context, name string, see func(eventstore.Event)) (func() error, error) {
-		d, err := consumer.New(store, consumer.Config{InstanceID: benchInstance}, consumer.Consumer{
-			Name:      name,
-			StartFrom: feature.FromNow,
-			BatchSize: passBatch,
-			Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
-				see(ev)
-				return nil
-			},
-		})
-		if err != nil {
-			return nil, err
-		}
-		if err := d.Start(ctx); err != nil {
-			return nil, err
-		}
-		return func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			return d.Stop(ctx)
-		}, nil
-	}}
-	rawListen := latencySide{listens: true, start: func(ctx context.Context, name string, see func(eventstore.Event)) (func() error, error) {
-		conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
-		if err != nil {
-			return nil, err
-		}
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-			conn.Close(context.Background())
-			return nil, err
-		}
-		stop, err := raw.receive(ctx, name, func(ctx context.Context) error {
-			_, err := conn.WaitForNotification(ctx)
-			return err
-		}, see)
-		if err != nil {
-			conn.Close(context.Background())
-			return nil, err
-		}
-		return func() error {
-			err := stop()
-			conn.Close(context.Background())
-			return err
-		}, nil
-	}}
+	fw := dispatcherSide(store)
+	rawListen := rawListenSide(b.pool, raw, channel)
 	rawLocal := func(w *eventstore.Store) latencySide {
-		return latencySide{start: func(ctx context.Context, name string, see func(eventstore.Event)) (func() error, error) {
+		return latencySide{start: func(ctx context.Context, name string, see seeFunc) (func() error, error) {
 			wake, unsubscribe := w.Subscribe()
 			stop, err := raw.receive(ctx, name, func(ctx context.Context) error {
 				select {
@@ -205,7 +170,7 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-			}, see)
+			}, see.event)
 			if err != nil {
 				unsubscribe()
 				return nil, err
@@ -218,20 +183,23 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 		}}
 	}
 
+	p99 := goal{text: "≤ 10 ms", met: func(fw, _ float64) bool { return fw <= 10_000 }}
+	p50 := goal{text: "≤ 2 ms", met: func(fw, _ float64) bool { return fw <= 2_000 }}
 	modes := []struct {
-		name   string
-		writer *eventstore.Store
-		raw    latencySide
-		p99    goal
+		name     string
+		writer   *eventstore.Store
+		fw, raw  latencySide
+		p50, p99 goal
 	}{
-		{"LISTEN/NOTIFY, other store", wstore, rawListen, goal{text: "≤ 20 ms", met: func(fw, _ float64) bool { return fw <= 20_000 }}},
-		{"in-process wake-up, same store", store, rawLocal(store), goal{}},
+		{"other process, LISTEN/NOTIFY", wstore, b.childSide(schema, consumeDispatcher), b.childSide(schema, consumeRaw), p50, p99},
+		{"LISTEN/NOTIFY, other store", wstore, fw, rawListen, goal{}, goal{}},
+		{"in-process wake-up, same store", store, fw, rawLocal(store), goal{}, goal{}},
 	}
 	var rows []row
 	phase := 0 // numbers the consumers: every phase starts one
 	for _, m := range modes {
 		fmt.Fprintf(os.Stderr, "  dispatcher commit→handler latency, %s, %d appends/s …\n", m.name, paceRate)
-		sides := [2]latencySide{fw, m.raw}
+		sides := [2]latencySide{m.fw, m.raw}
 		lat := [2]*latencies{newLatencies(1), newLatencies(1)}
 		run := func(side int, d time.Duration, into *latencies) error {
 			phase++
@@ -260,6 +228,7 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 				fw:   micros(lat[0].quantile(q)),
 				raw:  micros(lat[1].quantile(q)),
 			}
+			r.goal = m.p50
 			if q == 0.99 {
 				r.goal = m.p99
 			}
@@ -269,12 +238,166 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 	return rows, nil
 }
 
+// dispatcherSide is a started consumer.Dispatcher on store with one no-op
+// consumer, starting from now.
+func dispatcherSide(store *eventstore.Store) latencySide {
+	return latencySide{listens: true, start: func(ctx context.Context, name string, see seeFunc) (func() error, error) {
+		d, err := consumer.New(store, consumer.Config{InstanceID: benchInstance}, consumer.Consumer{
+			Name:      name,
+			StartFrom: feature.FromNow,
+			BatchSize: passBatch,
+			Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
+				see.event(ev)
+				return nil
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := d.Start(ctx); err != nil {
+			return nil, err
+		}
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return d.Stop(ctx)
+		}, nil
+	}}
+}
+
+// rawListenSide is the raw pass run on every notification of channel,
+// received on a LISTEN connection of its own.
+func rawListenSide(pool *pgxpool.Pool, raw *rawPasser, channel string) latencySide {
+	return latencySide{listens: true, start: func(ctx context.Context, name string, see seeFunc) (func() error, error) {
+		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			conn.Close(context.Background())
+			return nil, err
+		}
+		stop, err := raw.receive(ctx, name, func(ctx context.Context) error {
+			_, err := conn.WaitForNotification(ctx)
+			return err
+		}, see.event)
+		if err != nil {
+			conn.Close(context.Background())
+			return nil, err
+		}
+		return func() error {
+			err := stop()
+			conn.Close(context.Background())
+			return err
+		}, nil
+	}}
+}
+
+// The sides a consuming second process runs (its -consume flag).
+const (
+	consumeDispatcher = "dispatcher" // dispatcherSide
+	consumeRaw        = "raw"        // rawListenSide
+)
+
+// childSide runs side (consumeDispatcher or consumeRaw) in a second process:
+// this binary again, with -consume, on schema. The process writes a line
+// "<event id> <unix nanoseconds>" to its stdout whenever it sees an event,
+// and ends when its stdin is closed.
+func (b *bench) childSide(schema, side string) latencySide {
+	return latencySide{listens: true, start: func(ctx context.Context, name string, see seeFunc) (func() error, error) {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.CommandContext(ctx, exe, "-consume", side, "-consume-schema", schema, "-consume-name", name)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+b.pool.Config().ConnString())
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		read := make(chan error, 1)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				var id, at int64
+				if _, err := fmt.Sscan(sc.Text(), &id, &at); err != nil {
+					read <- fmt.Errorf("consumer process %s: %q: %w", side, sc.Text(), err)
+					return
+				}
+				see(id, time.Unix(0, at))
+			}
+			read <- sc.Err()
+		}()
+		return func() error {
+			err := stdin.Close()
+			err = errors.Join(err, <-read) // stdout ends when the process does
+			return errors.Join(err, cmd.Wait())
+		}, nil
+	}}
+}
+
+// consumeMain is the second process of childSide: it runs side on schema
+// with consumer name until its stdin is closed.
+func consumeMain(ctx context.Context, databaseURL, side, schema, name string) error {
+	poolCfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return err
+	}
+	poolCfg.MaxConns, poolCfg.MinConns = 4, 2
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := eventstore.New(pool, eventstore.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	var ls latencySide
+	switch side {
+	case consumeDispatcher:
+		ls = dispatcherSide(store)
+	case consumeRaw:
+		ls = rawListenSide(pool, newRawPasser(pool, schema), store.NotifyChannel())
+	default:
+		return fmt.Errorf("-consume %q: want %s or %s", side, consumeDispatcher, consumeRaw)
+	}
+	var mu sync.Mutex
+	out := bufio.NewWriter(os.Stdout)
+	stop, err := ls.start(ctx, name, func(id int64, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, "%d %d\n", id, at.UnixNano())
+		_ = out.Flush()
+	})
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
+	return stop()
+}
+
 // latencySide is one side of a latency comparison: start begins consuming
 // the events appended from now on, calling see with each, until stop.
 type latencySide struct {
 	listens bool // start opens a LISTEN connection on the store's channel
-	start   func(ctx context.Context, name string, see func(eventstore.Event)) (stop func() error, err error)
+	start   func(ctx context.Context, name string, see seeFunc) (stop func() error, err error)
 }
+
+// seeFunc records that a consumer saw event id at the given time.
+type seeFunc func(id int64, at time.Time)
+
+// event records ev as seen now.
+func (see seeFunc) event(ev eventstore.Event) { see(ev.ID, time.Now()) }
 
 // pacedPhase starts side as consumer, appends one event per append through w
 // at paceRate for d, waits until the consumer saw every event, stops it and
@@ -365,11 +488,10 @@ func (d *deliveries) commit(id int64, at time.Time) {
 	d.mu.Unlock()
 }
 
-func (d *deliveries) see(ev eventstore.Event) {
-	at := time.Now()
+func (d *deliveries) see(id int64, at time.Time) {
 	d.mu.Lock()
-	if _, ok := d.seen[ev.ID]; !ok {
-		d.seen[ev.ID] = at
+	if _, ok := d.seen[id]; !ok {
+		d.seen[id] = at
 	}
 	d.mu.Unlock()
 }

@@ -81,6 +81,8 @@ type config struct {
 	rounds   int           // alternations of framework and raw within duration
 	only     string        // groups to run, comma-separated; "" = all
 	cpuProf  string        // file for a CPU profile of the whole run; "" = none
+	// The second process of the dispatcher latency (see consumeMain).
+	consume, consumeSchema, consumeName string
 }
 
 // bench is the state shared by every measurement.
@@ -101,7 +103,17 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
 	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs); all when empty")
 	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof")
+	flag.StringVar(&cfg.consume, "consume", "", "internal: run as the consuming process of the dispatcher latency (dispatcher or raw)")
+	flag.StringVar(&cfg.consumeSchema, "consume-schema", "", "internal: the schema of -consume")
+	flag.StringVar(&cfg.consumeName, "consume-name", "", "internal: the consumer name of -consume")
 	flag.Parse()
+	if cfg.consume != "" {
+		if err := consumeMain(context.Background(), os.Getenv("DATABASE_URL"), cfg.consume, cfg.consumeSchema, cfg.consumeName); err != nil {
+			fmt.Fprintln(os.Stderr, "bench -consume:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.duration <= 0 || cfg.rounds < 1 || cfg.warmup < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -rounds ≥ 1, -warmup ≥ 0")
 		os.Exit(2)
