@@ -69,7 +69,7 @@ type Dispatcher struct {
 	tracer    trace.Tracer
 
 	mu      sync.Mutex
-	wakers  []chan struct{}
+	wakers  []*waker
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	started bool
@@ -156,7 +156,7 @@ func (e *Dispatcher) Register(ctx context.Context) error {
 func (e *Dispatcher) RunPass(ctx context.Context, name string) (PassResult, error) {
 	for _, c := range e.consumers {
 		if c.Name == name {
-			return e.pass(ctx, c, c.instanceFor(e.cfg.InstanceID))
+			return e.pass(ctx, c, c.instanceFor(e.cfg.InstanceID), time.Now())
 		}
 	}
 	return PassResult{}, fmt.Errorf("no consumer %q", name)
@@ -202,10 +202,10 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.heartbeat(runCtx, started) }()
 	for _, c := range e.consumers {
-		wake := make(chan struct{}, 1)
-		e.wakers = append(e.wakers, wake)
+		w := &waker{ch: make(chan struct{}, 1)}
+		e.wakers = append(e.wakers, w)
 		e.wg.Add(1)
-		go func() { defer e.wg.Done(); e.loop(runCtx, c, wake) }()
+		go func() { defer e.wg.Done(); e.loop(runCtx, c, w) }()
 	}
 	return nil
 }
@@ -230,23 +230,66 @@ func (e *Dispatcher) Stop(ctx context.Context) error {
 	}
 }
 
+// waker wakes one consumer's loop and remembers when it was first woken
+// since its last pass began: when this process learnt of the commits that
+// pass is to deliver.
+type waker struct {
+	ch chan struct{}
+	at time.Time // guarded by Dispatcher.mu; zero: not woken
+}
+
 func (e *Dispatcher) wakeAll() {
+	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, w := range e.wakers {
+		if w.at.IsZero() {
+			w.at = now
+		}
 		select {
-		case w <- struct{}{}:
+		case w.ch <- struct{}{}:
 		default:
 		}
 	}
 }
 
+// woken returns when w was first woken since the last call (zero: it was
+// not) and clears it.
+func (e *Dispatcher) woken(w *waker) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	at := w.at
+	w.at = time.Time{}
+	return at
+}
+
 // loop runs passes of one consumer until ctx ends.
-func (e *Dispatcher) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
+//
+// Each pass is given the time its events were first known to be committed,
+// for the delivery metric: the first wake-up since the previous pass began
+// (a notification, or an append in this process), else the pass's own
+// start (a poll, or the next batch of a backlog). While events stay
+// undelivered — a full batch, a gap, a failure — the next pass keeps the
+// earlier time.
+func (e *Dispatcher) loop(ctx context.Context, c Consumer, w *waker) {
 	instance := c.instanceFor(e.cfg.InstanceID)
-	var ceiling time.Duration // of the backoff; 0 while passes succeed
+	var (
+		ceiling time.Duration // of the backoff; 0 while passes succeed
+		pending time.Time     // when events still undelivered were first known; zero: none
+	)
 	for ctx.Err() == nil {
-		res, err := e.pass(ctx, c, instance)
+		since := time.Now()
+		if at := e.woken(w); !at.IsZero() {
+			since = at
+		}
+		if !pending.IsZero() && pending.Before(since) {
+			since = pending
+		}
+		res, err := e.pass(ctx, c, instance, since)
+		pending = time.Time{}
+		if err != nil || res.More || res.waiting || res.Failed != nil {
+			pending = since
+		}
 		wait := e.cfg.PollInterval
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -267,7 +310,7 @@ func (e *Dispatcher) loop(ctx context.Context, c Consumer, wake <-chan struct{})
 			e.metrics.gapWait(c.Name, instance, res.GapWait)
 			e.metrics.expired(c.Name, instance, res.Expired)
 		}
-		woken := wake
+		woken := w.ch
 		if ceiling > 0 {
 			woken = nil // backing off: new events must not hurry the retry
 		}

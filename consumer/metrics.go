@@ -14,6 +14,7 @@ type metrics struct {
 	processed *prometheus.CounterVec
 	failures  *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	delivery  *prometheus.HistogramVec
 	position  *prometheus.GaugeVec
 	lag       *prometheus.GaugeVec
 	gap       *prometheus.GaugeVec
@@ -32,9 +33,16 @@ func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
 			Name: "kumiko_event_consumer_events_failed_total", Help: "Event applications that failed.",
 		}, labels),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "kumiko_event_consumer_delivery_latency_seconds",
-			Help:    "From the event's transaction start to its handler.",
+			Name: "kumiko_event_consumer_delivery_latency_seconds",
+			Help: "From the event's created_at — the start of the transaction that appended it, not its commit — to the commit of the pass that applied it. " +
+				"Includes the appending transaction's own duration; alert on kumiko_event_consumer_delivery_seconds instead.",
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, labels),
+		delivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kumiko_event_consumer_delivery_seconds",
+			Help: "From when this process learnt that an event was committed (the wake-up by its notification or by an append in this process; " +
+				"a poll's start when none came) to the commit of the pass that applied it, held-back time at a gap, a full batch or a failure included.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, labels),
 		position: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kumiko_event_consumer_cursor", Help: "The last event id a consumer shard processed.",
@@ -59,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.position, m.lag, m.gap, m.expiry, m.stale} {
+	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.delivery, m.position, m.lag, m.gap, m.expiry, m.stale} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -67,11 +75,16 @@ func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) delivered(consumer string, evs []eventstore.Event) {
+// delivered counts the events a pass applied, once it committed; since is
+// when they were known to be committed (see Dispatcher.loop).
+func (m *metrics) delivered(consumer string, evs []eventstore.Event, since time.Time) {
 	m.processed.WithLabelValues(consumer, m.instance).Add(float64(len(evs)))
 	h := m.latency.WithLabelValues(consumer, m.instance)
+	d := m.delivery.WithLabelValues(consumer, m.instance)
+	took := time.Since(since).Seconds()
 	for _, ev := range evs {
 		h.Observe(time.Since(ev.CreatedAt).Seconds())
+		d.Observe(took)
 	}
 }
 

@@ -132,3 +132,39 @@ func TestPipelinedFailureNamesItsEvent(t *testing.T) {
 	require.Equal(t, evs[2].ID, res.Cursor)
 	require.Equal(t, 4, db.Count(t, `SELECT count(*) FROM piped`), "events 1–3 and the colliding row")
 }
+
+// A pass whose batch directly follows its cursor, id after id, reads no
+// horizon: one statement less between a wake-up and the handler. A batch
+// with a hole (an open writer's id) reads it, waits at the hole, and
+// delivers the late event once its writer commits.
+func TestConsecutiveBatchReadsNoHorizon(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	horizon := &insertCounter{table: "pg_locks"}
+	c := recorder(t, db, "direct", feature.Shared)
+	e, err := consumer.New(tracedStore(t, db, horizon), consumer.Config{InstanceID: "h1"}, c)
+	require.NoError(t, err)
+	require.NoError(t, e.Register(ctx))
+	registered := horizon.alone.Load() + horizon.batched.Load() // Register reads one
+	reads := func() int64 { return horizon.alone.Load() + horizon.batched.Load() - registered }
+
+	evs := appendN(t, db.Store, 5)
+	res := runPass(t, e, "direct")
+	require.Equal(t, 5, res.Handled)
+	require.Equal(t, evs[4].ID, res.Cursor)
+	require.Zero(t, reads(), "consecutive events need no horizon")
+
+	writer, _ := holdWriter(t, db)
+	after := appendOne(t, db.Store)
+	res = runPass(t, e, "direct")
+	require.Zero(t, res.Handled, "the open writer's id comes first")
+	require.Equal(t, evs[4].ID, res.Cursor)
+	require.Positive(t, reads(), "a hole is judged by the horizon")
+
+	require.NoError(t, writer.Commit(ctx))
+	res = runPass(t, e, "direct")
+	require.Equal(t, 2, res.Handled)
+	ids := seen(t, db, "direct")
+	require.Equal(t, []int64{after.ID - 1, after.ID}, ids[5:], "the late event first, nothing skipped")
+}
