@@ -189,3 +189,42 @@ func TestFailingConsumerWithAnyErrorTextGoesDead(t *testing.T) {
 	}
 	require.Len(t, shardStatus(t, db, "multibyte").LastError, 2000-1, "cut before the split character")
 }
+
+// Events held back at a gap count in the delivery metric from when the
+// dispatcher first learnt of their commit, not from the pass that finally
+// delivers them: the wait shows in kumiko_event_consumer_delivery_seconds.
+func TestDeliveryMetricCountsTheGapWait(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	c := recorder(t, db, "timed", feature.Shared)
+	e, err := consumer.New(db.Store, consumer.Config{InstanceID: "t1", PollInterval: 10 * time.Millisecond, Metrics: reg}, c)
+	require.NoError(t, err)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+
+	const held = 0.1 // seconds the writer stays open, at least; a bucket bound below it
+	writer, _ := holdWriter(t, db)
+	appendOne(t, db.Store) // wakes the dispatcher, and waits behind the writer
+	require.Eventually(t, func() bool { return shardStatus(t, db, "timed").GapWaitSeconds > 2*held }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, writer.Commit(ctx))
+	require.Eventually(t, func() bool { return len(seen(t, db, "timed")) == 2 }, 10*time.Second, 5*time.Millisecond)
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var slow uint64 // observations above held
+	for _, mf := range mfs {
+		if mf.GetName() != "kumiko_event_consumer_delivery_seconds" {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		require.Equal(t, uint64(2), h.GetSampleCount())
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == held {
+				slow = h.GetSampleCount() - b.GetCumulativeCount()
+			}
+		}
+	}
+	require.Equal(t, uint64(2), slow, "both events count from the wake-up of the first, before the wait")
+}
