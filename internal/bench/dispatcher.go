@@ -300,9 +300,10 @@ const (
 )
 
 // childSide runs side (consumeDispatcher or consumeRaw) in a second process:
-// this binary again, with -consume, on schema. The process writes a line
-// "<event id> <unix nanoseconds>" to its stdout whenever it sees an event,
-// and ends when its stdin is closed.
+// this binary again, with -consume, on schema. The process writes
+// childReady to its stdout once it consumes, then a line "<event id> <unix
+// nanoseconds>" whenever it sees an event, and ends when its stdin is
+// closed.
 func (b *bench) childSide(schema, side string) latencySide {
 	return latencySide{listens: true, start: func(ctx context.Context, name string, see seeFunc) (func() error, error) {
 		exe, err := os.Executable()
@@ -323,9 +324,16 @@ func (b *bench) childSide(schema, side string) latencySide {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
+		// The first line says the side has started: its consumer is
+		// registered and listening (a LISTEN alone is not enough: the raw
+		// side registers its state row after it).
+		sc := bufio.NewScanner(stdout)
+		if !sc.Scan() || sc.Text() != childReady {
+			_ = stdin.Close()
+			return nil, errors.Join(fmt.Errorf("consumer process %s did not start: %q", side, sc.Text()), sc.Err(), cmd.Wait())
+		}
 		read := make(chan error, 1)
 		go func() {
-			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				var id, at int64
 				if _, err := fmt.Sscan(sc.Text(), &id, &at); err != nil {
@@ -343,6 +351,9 @@ func (b *bench) childSide(schema, side string) latencySide {
 		}, nil
 	}}
 }
+
+// childReady is the line a consuming process writes once it consumes.
+const childReady = "ready"
 
 // consumeMain is the second process of childSide: it runs side on schema
 // with consumer name until its stdin is closed.
@@ -381,6 +392,13 @@ func consumeMain(ctx context.Context, databaseURL, side, schema, name string) er
 	})
 	if err != nil {
 		return err
+	}
+	mu.Lock()
+	fmt.Fprintln(out, childReady)
+	err = out.Flush()
+	mu.Unlock()
+	if err != nil {
+		return errors.Join(err, stop())
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
 	return stop()
