@@ -66,18 +66,18 @@ func (b *bench) dispatcherRows(ctx context.Context) ([]row, error) {
 // dispatcher with the raw pass, each from a fresh cursor at 0 in every round.
 func (b *bench) drainRows(ctx context.Context) ([]row, error) {
 	schema := b.store.Schema() + "_drain"
-	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s …\n", formatValue(drainBacklog, ""), schema)
+	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s …\n", formatValue(float64(b.n.drain), ""), schema)
 	store, err := b.migratedStore(ctx, schema)
 	if err != nil {
 		return nil, err
 	}
 	defer dropSchemas(b.pool, store, schema) // nothing appended through store: nothing to wait for
-	last, err := b.seedBacklog(ctx, schema, drainBacklog)
+	last, err := b.seedBacklog(ctx, schema, b.n.drain)
 	if err != nil {
 		return nil, err
 	}
 
-	name := fmt.Sprintf("dispatcher drain %s events, no-op consumer, batch %d", formatValue(drainBacklog, ""), passBatch)
+	name := fmt.Sprintf("dispatcher drain %s events, no-op consumer, batch %d", formatValue(float64(b.n.drain), ""), passBatch)
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
 	raw := newRawPasser(b.pool, schema)
 	sides := [2]func(ctx context.Context, name string) (passFunc, error){
@@ -98,24 +98,9 @@ func (b *bench) drainRows(ctx context.Context) ([]row, error) {
 			}
 		}
 	}
-	var total [2]measured
-	for round := range b.cfg.rounds {
-		for i := range 2 {
-			side := (i + round) % 2
-			pass, err := sides[side](ctx, fmt.Sprintf("bench-drain-%d-%s", round, sideNames[side]))
-			if err != nil {
-				return nil, err
-			}
-			m, err := drain(ctx, pass, last, time.Time{}, nil)
-			if err == nil && m.units != drainBacklog {
-				err = fmt.Errorf("drained %d events, want %d", m.units, drainBacklog)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			total[side].units += m.units
-			total[side].elapsed += m.elapsed
-		}
+	total, err := b.drainSides(ctx, name, "bench-drain", last, int64(b.n.drain), sides[:], nil)
+	if err != nil {
+		return nil, err
 	}
 	return []row{{name: name, unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.60)}}, nil
 }
@@ -559,9 +544,9 @@ func (d *deliveries) record(l *latencies) {
 // to the OS. Memory is flat when the peak of the whole drain is that of its
 // first tenth: nothing held grows with the events read.
 func (b *bench) backlogRows(ctx context.Context) ([]row, error) {
-	const n = memBacklog
+	n := b.n.mem
 	schema := b.store.Schema() + "_backlog"
-	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s with COPY …\n", formatValue(n, ""), schema)
+	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s with COPY …\n", formatValue(float64(n), ""), schema)
 	store, err := b.migratedStore(ctx, schema)
 	if err != nil {
 		return nil, err
@@ -574,7 +559,7 @@ func (b *bench) backlogRows(ctx context.Context) ([]row, error) {
 	}
 	fmt.Fprintf(os.Stderr, "  seeded in %s\n", time.Since(start).Round(time.Millisecond))
 
-	name := fmt.Sprintf("dispatcher drain %s-event backlog, no-op consumer", formatValue(n, ""))
+	name := fmt.Sprintf("dispatcher drain %s-event backlog, no-op consumer", formatValue(float64(n), ""))
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
 	raw := newRawPasser(b.pool, schema)
 	sides := [2]func(ctx context.Context) (passFunc, error){
@@ -712,6 +697,41 @@ func drain(ctx context.Context, pass passFunc, last int64, until time.Time, afte
 	return m, nil
 }
 
+// drainSides drains from each side's fresh cursor up to last, every side
+// once per round in an order that rotates with the round, and returns each
+// side's total; want, when positive, is the number of events each drain
+// must handle. A side's state is named prefix-round-side; before, when set,
+// runs ahead of each drain.
+func (b *bench) drainSides(ctx context.Context, name, prefix string, last, want int64,
+	sides []func(ctx context.Context, name string) (passFunc, error), before func(ctx context.Context, side int) error,
+) ([]measured, error) {
+	total := make([]measured, len(sides))
+	for round := range b.cfg.rounds {
+		for i := range sides {
+			side := (i + round) % len(sides)
+			if before != nil {
+				if err := before(ctx, side); err != nil {
+					return nil, err
+				}
+			}
+			pass, err := sides[side](ctx, fmt.Sprintf("%s-%d-%d", prefix, round, side))
+			if err != nil {
+				return nil, err
+			}
+			m, err := drain(ctx, pass, last, time.Time{}, nil)
+			if err == nil && want > 0 && m.units != want {
+				err = fmt.Errorf("drained %d events, want %d", m.units, want)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			total[side].units += m.units
+			total[side].elapsed += m.elapsed
+		}
+	}
+	return total, nil
+}
+
 // noopConsumer registers the shared consumer name, starting at the beginning
 // of store's log, on a dispatcher of its own and returns a pass of it by
 // RunPass. Its handler does nothing.
@@ -772,11 +792,22 @@ func newRawPasser(pool *pgxpool.Pool, schema string) *rawPasser {
 // start creates the state row name with its cursor at from and returns its pass, which calls see (when set) with every
 // event read, as the dispatcher calls a handler.
 func (r *rawPasser) start(ctx context.Context, name string, from int64, see func(eventstore.Event)) (passFunc, error) {
+	return r.startWith(ctx, name, from, func(_ context.Context, _ pgx.Tx, evs []eventstore.Event) error {
+		if see != nil {
+			for _, ev := range evs {
+				see(ev)
+			}
+		}
+		return nil
+	})
+}
+
+// startWith creates the state row name with its cursor at from and returns
+// its pass: in one transaction, lock the state row, read the next passBatch
+// events by the id cursor, hand them to handle, save the cursor.
+func (r *rawPasser) startWith(ctx context.Context, name string, from int64, handle func(context.Context, pgx.Tx, []eventstore.Event) error) (passFunc, error) {
 	if _, err := r.pool.Exec(ctx, r.register, name, consumer.SharedInstance, from); err != nil {
 		return nil, fmt.Errorf("register raw state row %s: %w", name, err)
-	}
-	if see == nil {
-		see = func(eventstore.Event) {}
 	}
 	return func(ctx context.Context) (int, int64, error) {
 		var (
@@ -795,8 +826,8 @@ func (r *rawPasser) start(ctx context.Context, name string, from int64, see func
 			if err != nil {
 				return err
 			}
-			for _, ev := range evs {
-				see(ev)
+			if err := handle(ctx, tx, evs); err != nil {
+				return err
 			}
 			if n = len(evs); n > 0 {
 				cursor = evs[n-1].ID

@@ -125,7 +125,7 @@ func (b *bench) integrationApp(ctx context.Context, schema string, f *feature.Fe
 }
 
 func (b *bench) relayThroughput(ctx context.Context, ch *amqp.Channel, url, exchange, sink string, rabbit func(string) (*integration.Rabbit, error)) (row, error) {
-	name := fmt.Sprintf("integration relay → RabbitMQ, %s messages, batch %d, confirms", formatValue(relayBacklog, ""), passBatch)
+	name := fmt.Sprintf("integration relay → RabbitMQ, %s messages, batch %d, confirms", formatValue(float64(b.n.relay), ""), passBatch)
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
 	schema := b.store.Schema() + "_relay"
 	exec, store, err := b.integrationApp(ctx, schema, contractFeature("bench-pub", false, nil))
@@ -158,7 +158,7 @@ func (b *bench) relayThroughput(ctx context.Context, ch *amqp.Channel, url, exch
 
 	var total [2]measured
 	for round := range b.cfg.rounds + 1 { // round 0 warms up
-		last, err := b.seedMessages(ctx, store, relayBacklog)
+		last, err := b.seedMessages(ctx, store, b.n.relay)
 		if err != nil {
 			return row{}, err
 		}
@@ -168,13 +168,13 @@ func (b *bench) relayThroughput(ctx context.Context, ch *amqp.Channel, url, exch
 			if side == 0 {
 				err = drainRelay(ctx, d, last)
 			} else {
-				err = raw.publish(ctx, relayBacklog)
+				err = raw.publish(ctx, b.n.relay)
 			}
 			if err != nil {
 				return row{}, fmt.Errorf("%s: %w", name, err)
 			}
 			if round > 0 {
-				total[side].units += relayBacklog
+				total[side].units += int64(b.n.relay)
 				total[side].elapsed += time.Since(start)
 			}
 		}

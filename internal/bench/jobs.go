@@ -15,7 +15,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/jobs"
 )
 
@@ -36,7 +36,7 @@ const (
 //     in a started runner, p50 and p99, at jobRate enqueues/s.
 func (b *bench) jobRows(ctx context.Context) ([]row, error) {
 	schema := b.store.Schema() + "_jobs"
-	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s …\n", formatValue(jobBacklog, ""), schema)
+	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s …\n", formatValue(float64(b.n.job), ""), schema)
 	store, err := b.migratedStore(ctx, schema)
 	if err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func (b *bench) jobRows(ctx context.Context) ([]row, error) {
 	if _, err := jobs.Migrate(ctx, store); err != nil {
 		return nil, err
 	}
-	last, err := b.seedBacklog(ctx, schema, jobBacklog)
+	last, err := b.seedBacklog(ctx, schema, b.n.job)
 	if err != nil {
 		return nil, err
 	}
@@ -64,34 +64,21 @@ func (b *bench) jobRows(ctx context.Context) ([]row, error) {
 	}
 	raw := newRawPasser(b.pool, schema)
 
-	name := fmt.Sprintf("jobs trigger drain %s events, batch %d", formatValue(jobBacklog, ""), passBatch)
+	name := fmt.Sprintf("jobs trigger drain %s events, batch %d", formatValue(float64(b.n.job), ""), passBatch)
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
 	const trig, hand, noop = 0, 1, 2 // the sides
-	var total [3]measured
-	for round := range b.cfg.rounds {
-		for i := range 3 {
-			side := (i + round) % 3
-			var pass passFunc
-			switch side {
-			case trig:
-				c := trigger
-				c.Name = fmt.Sprintf("bench-jobs-%d", round)
-				pass, err = consumerPass(ctx, store, c)
-			case hand:
-				pass, err = raw.startRiver(ctx, fmt.Sprintf("bench-river-%d", round), byHand)
-			default:
-				pass, err = noopConsumer(ctx, store, fmt.Sprintf("bench-noop-%d", round))
-			}
-			if err != nil {
-				return nil, err
-			}
-			m, err := drain(ctx, pass, last, time.Time{}, nil)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			total[side].units += m.units
-			total[side].elapsed += m.elapsed
-		}
+	sides := []func(ctx context.Context, name string) (passFunc, error){
+		trig: func(ctx context.Context, name string) (passFunc, error) {
+			c := trigger
+			c.Name = name
+			return consumerPass(ctx, store, c)
+		},
+		hand: func(ctx context.Context, name string) (passFunc, error) { return raw.startRiver(ctx, name, byHand) },
+		noop: func(ctx context.Context, name string) (passFunc, error) { return noopConsumer(ctx, store, name) },
+	}
+	total, err := b.drainSides(ctx, name, "bench-jobs", last, 0, sides, nil)
+	if err != nil {
+		return nil, err
 	}
 	rows := []row{
 		{name: name + " (raw: no-op handler)", unit: "events/s", fw: total[trig].rate(), raw: total[noop].rate(), goal: atLeastOfRaw(0.80)},
@@ -166,48 +153,21 @@ type handCause struct {
 
 func (handArgs) Kind() string { return "bench-on-event" }
 
-// startRiver creates the state row name at cursor 0 and returns a pass
-// written by hand on River: lock the state row, read the next events by
-// the id cursor, insert one River job per event with River's own
-// InsertManyFastTx, save the cursor, all in one transaction.
+// startRiver is the raw pass (see startWith) written by hand on River: one
+// River job per event, inserted with River's own InsertManyFastTx.
 func (r *rawPasser) startRiver(ctx context.Context, name string, client *river.Client[pgx.Tx]) (passFunc, error) {
-	if _, err := r.pool.Exec(ctx, r.register, name, consumer.SharedInstance, 0); err != nil {
-		return nil, fmt.Errorf("register raw state row %s: %w", name, err)
-	}
-	return func(ctx context.Context) (int, int64, error) {
-		var (
-			n      int
-			cursor int64
-		)
-		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, r.lock, name, consumer.SharedInstance).Scan(&cursor); err != nil {
-				return fmt.Errorf("lock raw state row %s: %w", name, err)
-			}
-			rows, err := tx.Query(ctx, r.read, cursor, passBatch)
-			if err != nil {
-				return err
-			}
-			evs, err := scanEvents(rows)
-			if err != nil {
-				return err
-			}
-			if n = len(evs); n == 0 {
-				return nil
-			}
-			params := make([]river.InsertManyParams, n)
-			for i, ev := range evs {
-				params[i].Args = handArgs{Args: ev.Payload, Event: ev.ID, Cause: handCause{
-					TenantID: ev.TenantID, UserID: ev.Metadata.UserID, CorrelationID: ev.Metadata.CorrelationID,
-					CausationID: strconv.FormatInt(ev.ID, 10),
-				}}
-			}
-			if _, err := client.InsertManyFastTx(ctx, tx, params); err != nil {
-				return err
-			}
-			cursor = evs[n-1].ID
-			_, err = tx.Exec(ctx, r.save, name, consumer.SharedInstance, cursor)
-			return err
-		})
-		return n, cursor, err
-	}, nil
+	return r.startWith(ctx, name, 0, func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+		if len(evs) == 0 {
+			return nil
+		}
+		params := make([]river.InsertManyParams, len(evs))
+		for i, ev := range evs {
+			params[i].Args = handArgs{Args: ev.Payload, Event: ev.ID, Cause: handCause{
+				TenantID: ev.TenantID, UserID: ev.Metadata.UserID, CorrelationID: ev.Metadata.CorrelationID,
+				CausationID: strconv.FormatInt(ev.ID, 10),
+			}}
+		}
+		_, err := client.InsertManyFastTx(ctx, tx, params)
+		return err
+	})
 }

@@ -81,13 +81,30 @@ type config struct {
 	rounds   int           // alternations of framework and raw within duration
 	only     string        // groups to run, comma-separated; "" = all
 	cpuProf  string        // file for a CPU profile of the whole run; "" = none
+	quick    bool          // short sides and a tenth of the events: a smoke run, not a measurement
 	// The second process of the dispatcher latency (see consumeMain).
 	consume, consumeSchema, consumeName string
+}
+
+// sizes are how many events or messages the backlog measurements seed.
+type sizes struct {
+	drain, mem, relay, job, insert, rebuild int
+}
+
+// sizesFor is the full sizes, or a tenth of them (a twentieth of the
+// memory drain's) for a quick run.
+func sizesFor(quick bool) sizes {
+	s := sizes{drain: drainBacklog, mem: memBacklog, relay: relayBacklog, job: jobBacklog, insert: insertBacklog, rebuild: rebuildEvents}
+	if quick {
+		s = sizes{drain: s.drain / 10, mem: s.mem / 20, relay: s.relay / 10, job: s.job / 10, insert: s.insert / 10, rebuild: s.rebuild / 10}
+	}
+	return s
 }
 
 // bench is the state shared by every measurement.
 type bench struct {
 	cfg       config
+	n         sizes
 	pool      *pgxpool.Pool
 	store     *eventstore.Store
 	tenant    uuid.UUID
@@ -103,6 +120,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
 	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs); all when empty")
 	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof")
+	flag.BoolVar(&cfg.quick, "quick", false, "a smoke run under two minutes: 300ms per side, 1 round, 100ms warm-up, a tenth of the events (the ratios are rough)")
 	flag.StringVar(&cfg.consume, "consume", "", "internal: run as the consuming process of the dispatcher latency (dispatcher or raw)")
 	flag.StringVar(&cfg.consumeSchema, "consume-schema", "", "internal: the schema of -consume")
 	flag.StringVar(&cfg.consumeName, "consume-name", "", "internal: the consumer name of -consume")
@@ -113,6 +131,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if cfg.quick {
+		cfg.duration, cfg.rounds, cfg.warmup = 300*time.Millisecond, 1, 100*time.Millisecond
 	}
 	if cfg.duration <= 0 || cfg.rounds < 1 || cfg.warmup < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -rounds ≥ 1, -warmup ≥ 0")
@@ -195,6 +216,7 @@ func run(cfg config) error {
 
 	b := &bench{
 		cfg:       cfg,
+		n:         sizesFor(cfg.quick),
 		pool:      pool,
 		store:     store,
 		tenant:    uuid.MustParse("0190a000-0000-7000-8000-0000000be7c0"),

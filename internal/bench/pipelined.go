@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,13 +20,13 @@ const insertBacklog = 20_000
 // each from a fresh cursor and an empty table in every round.
 func (b *bench) insertDrainRows(ctx context.Context) ([]row, error) {
 	schema := b.store.Schema() + "_inserts"
-	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s …\n", formatValue(insertBacklog, ""), schema)
+	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s …\n", formatValue(float64(b.n.insert), ""), schema)
 	store, err := b.migratedStore(ctx, schema)
 	if err != nil {
 		return nil, err
 	}
 	defer dropSchemas(b.pool, store, schema)
-	last, err := b.seedBacklog(ctx, schema, insertBacklog)
+	last, err := b.seedBacklog(ctx, schema, b.n.insert)
 	if err != nil {
 		return nil, err
 	}
@@ -52,70 +51,26 @@ func (b *bench) insertDrainRows(ctx context.Context) ([]row, error) {
 			return raw.batchPass(ctx, name, insert(tables[1]))
 		},
 	}
-	name := fmt.Sprintf("consumer INSERT per event, drain %s events, batch %d (raw: one pgx.Batch per pass)", formatValue(insertBacklog, ""), passBatch)
+	name := fmt.Sprintf("consumer INSERT per event, drain %s events, batch %d (raw: one pgx.Batch per pass)", formatValue(float64(b.n.insert), ""), passBatch)
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
-	var total [2]measured
-	for round := range b.cfg.rounds {
-		for i := range 2 {
-			side := (i + round) % 2
-			if _, err := b.pool.Exec(ctx, `TRUNCATE `+tables[side]); err != nil {
-				return nil, err
-			}
-			pass, err := sides[side](ctx, fmt.Sprintf("bench-inserts-%d-%d", round, side))
-			if err != nil {
-				return nil, err
-			}
-			m, err := drain(ctx, pass, last, time.Time{}, nil)
-			if err == nil && m.units != insertBacklog {
-				err = fmt.Errorf("drained %d events, want %d", m.units, insertBacklog)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			total[side].units += m.units
-			total[side].elapsed += m.elapsed
-		}
+	total, err := b.drainSides(ctx, name, "bench-inserts", last, int64(b.n.insert), sides[:], func(ctx context.Context, side int) error {
+		_, err := b.pool.Exec(ctx, `TRUNCATE `+tables[side])
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return []row{{name: name, unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.50)}}, nil
 }
 
-// batchPass creates the state row name at the beginning of the log and
-// returns its pass: lock the row, read the next passBatch events, send
-// insert for each (event id, tenant) in one batch, write the cursor.
+// batchPass is the raw pass (see startWith) that sends insert for each
+// event (its id and tenant) in one batch.
 func (r *rawPasser) batchPass(ctx context.Context, name, insert string) (passFunc, error) {
-	if _, err := r.pool.Exec(ctx, r.register, name, consumer.SharedInstance, 0); err != nil {
-		return nil, fmt.Errorf("register raw state row %s: %w", name, err)
-	}
-	return func(ctx context.Context) (int, int64, error) {
-		var (
-			n      int
-			cursor int64
-		)
-		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, r.lock, name, consumer.SharedInstance).Scan(&cursor); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, r.read, cursor, passBatch)
-			if err != nil {
-				return err
-			}
-			evs, err := scanEvents(rows)
-			if err != nil {
-				return err
-			}
-			var batch pgx.Batch
-			for _, ev := range evs {
-				batch.Queue(insert, ev.ID, [16]byte(ev.TenantID))
-			}
-			if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
-				return err
-			}
-			if n = len(evs); n > 0 {
-				cursor = evs[n-1].ID
-			}
-			_, err = tx.Exec(ctx, r.save, name, consumer.SharedInstance, cursor)
-			return err
-		})
-		return n, cursor, err
-	}, nil
+	return r.startWith(ctx, name, 0, func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+		var batch pgx.Batch
+		for _, ev := range evs {
+			batch.Queue(insert, ev.ID, [16]byte(ev.TenantID))
+		}
+		return tx.SendBatch(ctx, &batch).Close()
+	})
 }

@@ -73,7 +73,7 @@ ON CONFLICT (tenant_id) DO UPDATE SET created = t.created + 1`
 // in alternating order.
 func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 	schema := b.store.Schema() + "_rebuild"
-	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s with COPY …\n", formatValue(rebuildEvents, ""), schema)
+	fmt.Fprintf(os.Stderr, "  seeding %s events into schema %s with COPY …\n", formatValue(float64(b.n.rebuild), ""), schema)
 	reg, err := registry.Build(rebuildFeature)
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 		return n, nil
 	}
 
-	name := fmt.Sprintf("rebuild %s events, per-tenant counter", formatValue(rebuildEvents, ""))
+	name := fmt.Sprintf("rebuild %s events, per-tenant counter", formatValue(float64(b.n.rebuild), ""))
 	sides := []side{rebuild, rawRead, rawApply, readAll}
 	sideNames := []string{"rebuild", "raw cursor read", "raw read + upsert", "ReadAll"}
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
@@ -188,8 +188,8 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 			start := time.Now()
 			n, err := sides[s](ctx)
 			elapsed := time.Since(start)
-			if err == nil && n != rebuildEvents {
-				err = fmt.Errorf("%d events, want %d", n, rebuildEvents)
+			if err == nil && n != int64(b.n.rebuild) {
+				err = fmt.Errorf("%d events, want %d", n, b.n.rebuild)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", name, sideNames[s], err)
@@ -208,7 +208,7 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 	return []row{
 		{name: name + " vs raw cursor read (ceiling)", unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: target},
 		{name: name + " vs raw read + upsert/event, tx of 2000", unit: "events/s", fw: total[0].rate(), raw: total[2].rate()},
-		{name: fmt.Sprintf("ReadAll %s events, pages of %d, vs raw cursor read", formatValue(rebuildEvents, ""), rebuildBatch),
+		{name: fmt.Sprintf("ReadAll %s events, pages of %d, vs raw cursor read", formatValue(float64(b.n.rebuild), ""), rebuildBatch),
 			unit: "events/s", fw: total[3].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.75)},
 	}, nil
 }
@@ -221,8 +221,8 @@ func checkCounts(ctx context.Context, b *bench, d *pipeline.Executor, schema, ra
 		if err := b.pool.QueryRow(ctx, `SELECT count(*), COALESCE(sum(created), 0) FROM `+table).Scan(&tenants, &sum); err != nil {
 			return err
 		}
-		if tenants != rebuildTenants || sum != rebuildEvents {
-			return fmt.Errorf("%s holds %d tenants and %d events, want %d and %d", table, tenants, sum, rebuildTenants, rebuildEvents)
+		if tenants != rebuildTenants || sum != int64(b.n.rebuild) {
+			return fmt.Errorf("%s holds %d tenants and %d events, want %d and %d", table, tenants, sum, rebuildTenants, b.n.rebuild)
 		}
 	}
 	statuses, err := d.ProjectionStatuses(ctx)
@@ -258,7 +258,7 @@ func (b *bench) seedRebuild(ctx context.Context, reg *registry.Registry, schema 
 	copied, err := b.pool.CopyFrom(ctx, table,
 		[]string{"aggregate_id", "aggregate_type", "tenant_id", "version", "type", "event_version", "payload", "metadata", "created_by"},
 		pgx.CopyFromFunc(func() ([]any, error) {
-			if i == rebuildEvents {
+			if i == b.n.rebuild {
 				return nil, nil
 			}
 			i++
@@ -267,7 +267,7 @@ func (b *bench) seedRebuild(ctx context.Context, reg *registry.Registry, schema 
 	if err != nil {
 		return fmt.Errorf("seed %s: %w", table.Sanitize(), err)
 	}
-	if copied != rebuildEvents {
+	if copied != int64(b.n.rebuild) {
 		return errors.New("seed " + table.Sanitize() + ": short copy")
 	}
 	_, err = b.pool.Exec(ctx, "VACUUM (ANALYZE) "+table.Sanitize())
