@@ -1,0 +1,189 @@
+// Package console serves the operators' web console: a few server-rendered
+// pages under one prefix (by default /ops) that show the async event
+// dispatcher's consumer shards, the projections, the event log and an
+// aggregate's timeline, and act on them (restart, skip, disable, enable a
+// shard; rebuild a projection), with live updates over server-sent events.
+//
+// Everything the browser loads is embedded in the binary: Go templates, one
+// hand-written script and one style sheet; nothing is built and nothing is
+// fetched from another origin.
+//
+// Sign-in: the login form takes a bearer token of the API, which the console
+// verifies with the API's own verifier (Config.Authenticate) and keeps in an
+// HttpOnly, SameSite=Strict cookie (Secure when the request came over TLS).
+// Only the console's routes read that cookie; the API keeps bearer tokens.
+// Every state-changing request of the console (its POST actions, logout, and
+// the writes of a handler mounted with Config.Jobs) must come from the
+// console's own origin (Origin or Referer header) and carry the session's
+// CSRF token (a random value set at login in a second HttpOnly cookie and
+// rendered into each page) in the X-CSRF-Token header or a csrf form field.
+//
+// The console calls the pipeline and the consumer package; neither knows
+// it. The http adapter mounts it (http.Server.MountConsole), the kumiko
+// facade wires both.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+// DefaultPrefix is the path the console is served under unless
+// Config.Prefix says otherwise.
+const DefaultPrefix = "/ops"
+
+// DefaultInterval is how often the live pages are sent fresh state unless
+// Config.Interval says otherwise.
+const DefaultInterval = time.Second
+
+//go:embed assets
+var assets embed.FS
+
+// Config configures a Console.
+type Config struct {
+	// Prefix is the path the console is served under; default "/ops".
+	Prefix string
+	// Store is the event store the app writes to. Required.
+	Store *eventstore.Store
+	// Executor is the app's executor, for projection statuses and rebuilds.
+	// Required.
+	Executor *pipeline.Executor
+	// Authenticate verifies a bearer token of the API and returns its user
+	// and when the token expires (http.Server.TokenUser). Required.
+	Authenticate func(ctx context.Context, token string) (feature.User, time.Time, error)
+	// OperatorRole is the role a user needs to use the console; default
+	// "Operator".
+	OperatorRole string
+	// Jobs, when set, is served under Prefix+"/jobs" to signed-in
+	// operators (River's UI), its writes guarded like the console's own.
+	Jobs http.Handler
+	// Interval is how often the live pages get fresh state; default 1s.
+	Interval time.Duration
+	// Logger receives failed actions and background rebuilds; default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Console is the operators' web console, an http.Handler for the paths
+// under its prefix. It is safe for concurrent use.
+type Console struct {
+	cfg    Config
+	ops    *consumer.Ops
+	pages  *template.Template
+	static http.Handler
+	mux    *http.ServeMux
+
+	mu       sync.Mutex
+	rebuilds map[string]*rebuildRun // by projection name: the runs this process started
+	ctx      context.Context        // ends with Close: background rebuilds stop
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New returns the console for cfg.
+func New(cfg Config) (*Console, error) {
+	if cfg.Store == nil || cfg.Executor == nil || cfg.Authenticate == nil {
+		return nil, errors.New("console: a store, an executor and Authenticate are required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	cfg.Prefix = "/" + strings.Trim(cfg.Prefix, "/")
+	if cfg.OperatorRole == "" {
+		cfg.OperatorRole = "Operator"
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	pages, err := template.New("").Funcs(template.FuncMap{"prefix": func() string { return cfg.Prefix }}).
+		ParseFS(assets, "assets/*.html")
+	if err != nil {
+		return nil, err
+	}
+	static, err := fs.Sub(assets, "assets/static")
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	c := &Console{
+		cfg: cfg, ops: consumer.NewOps(cfg.Store), pages: pages,
+		static:   http.StripPrefix(cfg.Prefix+"/static/", http.FileServerFS(static)),
+		rebuilds: map[string]*rebuildRun{}, ctx: ctx, stop: stop,
+	}
+	c.mux = c.routes()
+	return c, nil
+}
+
+// Prefix is the path the console is served under.
+func (c *Console) Prefix() string { return c.cfg.Prefix }
+
+// Close stops the rebuilds this console started and waits for them.
+func (c *Console) Close() {
+	c.stop()
+	c.wg.Wait()
+}
+
+// ServeHTTP serves the console's paths.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	if !strings.HasPrefix(r.URL.Path, c.cfg.Prefix+"/jobs") {
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+func (c *Console) routes() *http.ServeMux {
+	p := c.cfg.Prefix
+	m := http.NewServeMux()
+	m.Handle("GET "+p+"/static/", c.static)
+	m.HandleFunc("GET "+p+"/login", c.loginPage)
+	m.HandleFunc("POST "+p+"/login", c.login)
+	m.Handle("POST "+p+"/logout", c.action(c.logout))
+	m.Handle("GET "+p+"/{$}", c.page(func(w http.ResponseWriter, r *http.Request, _ session) {
+		http.Redirect(w, r, p+"/consumers", http.StatusSeeOther)
+	}))
+	m.Handle("GET "+p, c.page(func(w http.ResponseWriter, r *http.Request, _ session) {
+		http.Redirect(w, r, p+"/consumers", http.StatusSeeOther)
+	}))
+	m.Handle("GET "+p+"/consumers", c.page(c.render("consumers", "Consumers")))
+	m.Handle("GET "+p+"/consumers/live", c.page(c.live(c.consumerState)))
+	m.Handle("POST "+p+"/consumers/{op}", c.action(c.consumerAction))
+	m.Handle("GET "+p+"/projections", c.page(c.render("projections", "Projections")))
+	m.Handle("GET "+p+"/projections/live", c.page(c.live(c.projectionState)))
+	m.Handle("POST "+p+"/projections/rebuild", c.action(c.rebuild))
+	m.Handle("GET "+p+"/events", c.page(c.render("events", "Events")))
+	m.Handle("GET "+p+"/events/live", c.page(c.tail))
+	m.Handle("GET "+p+"/aggregates/{type}/{id}", c.page(c.render("timeline", "Timeline")))
+	m.Handle("GET "+p+"/aggregates/{type}/{id}/data", c.page(c.timeline))
+	if c.cfg.Jobs != nil {
+		jobs := c.page(func(w http.ResponseWriter, r *http.Request, _ session) { c.cfg.Jobs.ServeHTTP(w, r) })
+		guarded := c.guarded(c.cfg.Jobs)
+		for _, path := range []string{p + "/jobs", p + "/jobs/"} {
+			m.Handle("GET "+path, jobs)
+			m.Handle(path, guarded)
+		}
+	}
+	m.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, "not_found", "not_found", "there is nothing at "+r.URL.Path)
+	})
+	return m
+}

@@ -1,0 +1,85 @@
+package console_test
+
+import (
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/stretchr/testify/require"
+)
+
+// An operator signs in, sees the multi-stream projection's consumer die on
+// a poison entry, has an operation the dead shard refuses explained,
+// restarts it from the page once the cause is fixed and sees it catch up.
+// The page fits a 360 px wide screen.
+func TestConsumersPage(t *testing.T) {
+	e := newEnv(t)
+	tb := newTab(t)
+	e.write(t, "entry.create", map[string]any{"note": "first"})
+	tb.login(t, e, "/ops/consumers", token(t, "olga", "Operator"))
+	row := `#consumers tr[data-key="entry_log/__shared__"]`
+	tb.run(t, visible(row+`[data-status="idle"][data-lag="0"]`))
+
+	poisoned.Store(true)
+	t.Cleanup(func() { poisoned.Store(false) })
+	e.write(t, "entry.create", map[string]any{"note": "poison"})
+	tb.run(t, visible(row+`[data-status="dead"]`))
+	require.Contains(t, tb.text(t, row+` td.err`), "poison entry cannot be logged")
+
+	tb.run(t, confirm(row+` button[data-op="enable"]`), visible(`#notice.error`))
+	require.Contains(t, tb.text(t, `#notice`), "enable refused")
+
+	poisoned.Store(false)
+	tb.run(t,
+		confirm(row+` button[data-op="restart"]`),
+		visible(`#notice.ok`),
+		visible(row+`[data-status="idle"][data-lag="0"]`),
+	)
+	require.Equal(t, 2, e.Count(t, "SELECT count(*) FROM entry_log"), "the poison entry is logged after the restart")
+
+	tb.run(t, chromedp.EmulateViewport(360, 740), chromedp.Reload(), visible(row))
+	width, err := chromedp.Run(tb.ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+	require.NoError(t, err)
+	require.LessOrEqual(t, width, 360, "the page itself does not scroll sideways at 360 px; its tables do")
+}
+
+// An operator starts a rebuild from the page and watches it reach 100 %.
+func TestProjectionRebuild(t *testing.T) {
+	e := newEnv(t)
+	tb := newTab(t)
+	for _, n := range []string{"a", "b", "c"} {
+		e.write(t, "entry.create", map[string]any{"note": n})
+	}
+	tb.login(t, e, "/ops/projections", token(t, "olga", "Operator"))
+	row := `#projections tr[data-key="entry_counts"]`
+	tb.run(t,
+		visible(row+`[data-status="ready"]`),
+		confirm(row+` button[data-op="rebuild"]`),
+		visible(row+`[data-rebuild="100"]`),
+	)
+	require.Equal(t, "100 % done", tb.text(t, row+` .percent`))
+	require.Equal(t, 1, e.Count(t, "SELECT count(*) FROM entry_counts WHERE n = 3"))
+}
+
+// An operator follows the event tail, opens an entry's timeline and moves
+// the as-of slider back and forth with the keyboard.
+func TestTimeline(t *testing.T) {
+	e := newEnv(t)
+	tb := newTab(t)
+	id := e.write(t, "entry.create", map[string]any{"note": "draft"})["id"].(string)
+	e.write(t, "entry.update", map[string]any{"id": id, "version": 1, "changes": map[string]any{"note": "final"}})
+	tb.login(t, e, "/ops/events", token(t, "olga", "Operator"))
+	link := `#events a[href$="/aggregates/entry/` + id + `"]`
+	tb.run(t, visible(link), chromedp.Click(chromedp.CSS(link)), visible(`#asof[max="2"]`))
+	require.Contains(t, tb.text(t, `#state`), `"final"`)
+	require.Contains(t, tb.text(t, `#diff tbody`), `"draft"`, "version 2 changed the note from draft")
+
+	tb.run(t, chromedp.Focus(chromedp.CSS(`#asof`)), chromedp.KeyEvent(kb.Home))
+	require.Contains(t, tb.text(t, `#asof-value`), "1 of 2")
+	require.Contains(t, tb.text(t, `#state`), `"draft"`)
+	require.NotContains(t, tb.text(t, `#state`), `"final"`)
+
+	tb.run(t, chromedp.KeyEvent(kb.ArrowRight))
+	require.Contains(t, tb.text(t, `#asof-value`), "2 of 2")
+	require.Contains(t, tb.text(t, `#state`), `"final"`)
+}

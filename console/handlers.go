@@ -1,0 +1,479 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/pipeline"
+)
+
+// view is what a page template sees.
+type view struct {
+	Title  string
+	Page   string
+	Prefix string
+	CSRF   string
+	User   string
+	Error  string
+	Next   string
+	Vars   map[string]string
+}
+
+// render serves the page template name.
+func (c *Console) render(name, title string) func(http.ResponseWriter, *http.Request, session) {
+	return func(w http.ResponseWriter, r *http.Request, s session) {
+		v := view{Title: title, Page: name, Prefix: c.cfg.Prefix, CSRF: s.csrf, User: s.user.ID,
+			Vars: map[string]string{"type": r.PathValue("type"), "id": r.PathValue("id")}}
+		c.execute(w, http.StatusOK, name, v)
+	}
+}
+
+func (c *Console) execute(w http.ResponseWriter, status int, name string, v view) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if err := c.pages.ExecuteTemplate(w, name, v); err != nil {
+		c.cfg.Logger.Error("console: render", "page", name, "err", err)
+	}
+}
+
+// GET /login: the form.
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	c.execute(w, http.StatusOK, "login", view{Title: "Sign in", Page: "login", Prefix: c.cfg.Prefix, Next: c.next(r.URL.Query().Get("next"))})
+}
+
+// POST /login: verifies the token and starts the session. A refused
+// sign-in answers the form again with the reason (200, so the browser logs
+// no failed request); no cookie is set.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	v := view{Title: "Sign in", Page: "login", Prefix: c.cfg.Prefix, Next: c.next(r.PostFormValue("next"))}
+	if !sameOrigin(r) {
+		v.Error = "The sign-in did not come from this page."
+		c.execute(w, http.StatusForbidden, "login", v)
+		return
+	}
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	token = strings.TrimSpace(strings.TrimPrefix(token, "Bearer "))
+	if token == "" {
+		v.Error = "Enter a token."
+		c.execute(w, http.StatusBadRequest, "login", v)
+		return
+	}
+	u, exp, err := c.cfg.Authenticate(r.Context(), token)
+	switch {
+	case err != nil || !u.Authenticated:
+		v.Error = "The token is not valid (or has expired)."
+		c.execute(w, http.StatusOK, "login", v)
+		return
+	case !u.HasRole(c.cfg.OperatorRole):
+		v.Error = "This token does not have the role " + c.cfg.OperatorRole + ", which the console needs."
+		c.execute(w, http.StatusOK, "login", v)
+		return
+	}
+	if err := setSession(w, r, c.cfg.Prefix, token, exp); err != nil {
+		internal(w, c, "login", err)
+		return
+	}
+	http.Redirect(w, r, v.Next, http.StatusSeeOther)
+}
+
+// next is where to go after signing in: a console path, else the consumers.
+func (c *Console) next(p string) string {
+	if strings.HasPrefix(p, c.cfg.Prefix+"/") && !strings.HasPrefix(p, "//") && !strings.Contains(p, "\\") &&
+		!strings.HasPrefix(p, c.cfg.Prefix+"/login") {
+		return p
+	}
+	return c.cfg.Prefix + "/consumers"
+}
+
+// POST /logout.
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ session) {
+	clearSession(w, r, c.cfg.Prefix)
+	http.Redirect(w, r, c.cfg.Prefix+"/login", http.StatusSeeOther)
+}
+
+// consumerState is what the consumers page shows.
+func (c *Console) consumerState(r *http.Request) (any, error) {
+	return c.ops.List(r.Context())
+}
+
+// POST /consumers/{op}: restart, skip, disable or enable the shard named by
+// the fields name and instance.
+func (c *Console) consumerAction(w http.ResponseWriter, r *http.Request, _ session) {
+	var op func(ctx context.Context, name, instanceID string) (consumer.ShardStatus, error)
+	switch r.PathValue("op") {
+	case "restart":
+		op = c.ops.Restart
+	case "skip":
+		op = c.ops.Skip
+	case "disable":
+		op = c.ops.Disable
+	case "enable":
+		op = c.ops.Enable
+	default:
+		problem(w, http.StatusNotFound, "not_found", "unknown_operation", "the operations are restart, skip, disable and enable")
+		return
+	}
+	name := r.PostFormValue("name")
+	if name == "" {
+		problem(w, http.StatusBadRequest, "validation_error", "missing_name", "name the consumer")
+		return
+	}
+	instance := r.PostFormValue("instance")
+	if instance == consumer.SharedInstance {
+		instance = ""
+	}
+	st, err := op(r.Context(), name, instance)
+	if err != nil {
+		refuse(w, c, "consumer "+r.PathValue("op"), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": st})
+}
+
+// projectionState is what the projections page shows: every projection's
+// status, with the progress of the rebuilds this process runs.
+func (c *Console) projectionState(r *http.Request) (any, error) {
+	list, err := c.cfg.Executor.ProjectionStatuses(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	type row struct {
+		pipeline.ProjectionStatus
+		Rebuild *rebuildProgress `json:"rebuild,omitempty"`
+	}
+	out := make([]row, 0, len(list))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range list {
+		rw := row{ProjectionStatus: p}
+		if run := c.rebuilds[p.Name]; run != nil {
+			pr := run.progress
+			rw.Rebuild = &pr
+		}
+		out = append(out, rw)
+	}
+	return out, nil
+}
+
+// rebuildRun is a rebuild this process started.
+type rebuildRun struct {
+	progress rebuildProgress
+}
+
+// rebuildProgress is a rebuild's progress as the page shows it.
+type rebuildProgress struct {
+	Done    int64     `json:"done"`
+	Total   int64     `json:"total"`
+	Percent int       `json:"percent"`
+	Running bool      `json:"running"`
+	Error   string    `json:"error,omitempty"`
+	Started time.Time `json:"started"`
+}
+
+// POST /projections/rebuild: starts rebuilding the projection named by the
+// field name in the background; 202, or 409 when it is already running.
+func (c *Console) rebuild(w http.ResponseWriter, r *http.Request, s session) {
+	name := r.PostFormValue("name")
+	known := false
+	list, err := c.cfg.Executor.ProjectionStatuses(r.Context())
+	if err != nil {
+		fail(w, c, "rebuild", err)
+		return
+	}
+	for _, p := range list {
+		known = known || p.Name == name
+	}
+	if !known {
+		refused(w, "not_found", "projection_not_found", fmt.Sprintf("there is no projection %q", name))
+		return
+	}
+	c.mu.Lock()
+	if run := c.rebuilds[name]; run != nil && run.progress.Running {
+		c.mu.Unlock()
+		refused(w, "conflict", "rebuild_running", "the projection is already being rebuilt")
+		return
+	}
+	run := &rebuildRun{progress: rebuildProgress{Running: true, Started: time.Now()}}
+	c.rebuilds[name] = run
+	c.mu.Unlock()
+	c.cfg.Logger.Info("console: rebuild started", "projection", name, "by", s.user.ID)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_, err := c.cfg.Executor.RebuildProjection(c.ctx, name, pipeline.RebuildOptions{
+			Progress: func(done, total int64) {
+				c.mu.Lock()
+				run.progress.Done, run.progress.Total = done, total
+				if total > 0 {
+					run.progress.Percent = int(min(100, done*100/total))
+				}
+				c.mu.Unlock()
+			},
+		})
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		run.progress.Running = false
+		if err != nil {
+			run.progress.Error = errorText(err)
+			c.cfg.Logger.Error("console: rebuild failed", "projection", name, "err", err)
+			return
+		}
+		run.progress.Percent = 100
+	}()
+	writeJSON(w, http.StatusAccepted, map[string]any{"data": map[string]string{"name": name, "status": "rebuilding"}})
+}
+
+// tailEvent is one event of the live tail.
+type tailEvent struct {
+	ID            int64           `json:"id"`
+	Type          string          `json:"type"`
+	AggregateType string          `json:"aggregateType"`
+	AggregateID   uuid.UUID       `json:"aggregateId"`
+	TenantID      uuid.UUID       `json:"tenantId"`
+	Version       int             `json:"version"`
+	CreatedAt     time.Time       `json:"createdAt"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// tailBacklog is how many past events the tail starts with.
+const tailBacklog = 50
+
+// GET /events/live?type=&aggregate=: the settled events matching the
+// filters, the last 50 first, then each new one, over SSE.
+func (c *Console) tail(w http.ResponseWriter, r *http.Request, _ session) {
+	q := r.URL.Query()
+	var f eventstore.ReadFilter
+	if t := strings.TrimSpace(q.Get("type")); t != "" {
+		f.Types = []string{t}
+	}
+	if a := strings.TrimSpace(q.Get("aggregate")); a != "" {
+		f.AggregateTypes = []string{a}
+	}
+	ctx := r.Context()
+	pos, err := c.cfg.Store.TailStart(ctx, f, tailBacklog)
+	if err != nil {
+		fail(w, c, "tail", err)
+		return
+	}
+	sse, ok := startSSE(w)
+	if !ok {
+		return
+	}
+	wake, cancel := c.cfg.Store.Subscribe()
+	defer cancel()
+	tick := time.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	for {
+		pos, err = c.cfg.Store.Tail(ctx, pos, f, func(e eventstore.Event) error {
+			return sse.send(e.ID, tailEvent{ID: e.ID, Type: e.Type, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
+				TenantID: e.TenantID, Version: e.Version, CreatedAt: e.CreatedAt, Payload: e.Payload})
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				c.cfg.Logger.Warn("console: tail", "err", err)
+			}
+			return
+		}
+		sse.ping()
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// GET /aggregates/{type}/{id}/data: the aggregate's timeline, across
+// tenants (the console is the operator's).
+func (c *Console) timeline(w http.ResponseWriter, r *http.Request, _ session) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil || id == uuid.Nil {
+		problem(w, http.StatusBadRequest, "validation_error", "invalid_id", "the id must be a non-nil UUID")
+		return
+	}
+	tenant, err := c.cfg.Store.StreamTenant(r.Context(), id)
+	if err != nil {
+		fail(w, c, "timeline", err)
+		return
+	}
+	tl, err := pipeline.Inspect(r.Context(), c.cfg.Store, tenant, r.PathValue("type"), id, time.Time{})
+	if err != nil {
+		fail(w, c, "timeline", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": tl})
+}
+
+// live streams state(r) over SSE every interval while it changes.
+func (c *Console) live(state func(*http.Request) (any, error)) func(http.ResponseWriter, *http.Request, session) {
+	return func(w http.ResponseWriter, r *http.Request, _ session) {
+		first, err := state(r)
+		if err != nil {
+			fail(w, c, "live", err)
+			return
+		}
+		sse, ok := startSSE(w)
+		if !ok {
+			return
+		}
+		tick := time.NewTicker(c.cfg.Interval)
+		defer tick.Stop()
+		v := first
+		var n int64
+		for {
+			n++
+			if err := sse.send(n, v); err != nil {
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+			if v, err = state(r); err != nil {
+				if r.Context().Err() == nil {
+					c.cfg.Logger.Warn("console: live state", "err", err)
+				}
+				return
+			}
+		}
+	}
+}
+
+// problemError is an error of the contract: consumer.Error, pipeline.Error.
+type problemError interface {
+	error
+	Code() string
+	Reason() string
+	Detail() string
+}
+
+// refuse answers err of an action the page sent: an operation the state
+// refuses (an error of the contract below 500) is an outcome the page shows,
+// so it answers 200 {"refused": {code, reason, detail}} and the browser does
+// not log a failed request; anything else is answered as fail does.
+func refuse(w http.ResponseWriter, c *Console, what string, err error) {
+	var pe problemError
+	if errors.As(err, &pe) && statusOf(pe.Code()) < http.StatusInternalServerError {
+		refused(w, pe.Code(), pe.Reason(), pe.Detail())
+		return
+	}
+	fail(w, c, what, err)
+}
+
+// fail answers err: an error of the contract as problem+json with its code,
+// anything else as 503 unavailable or 500 internal, logged.
+func fail(w http.ResponseWriter, c *Console, what string, err error) {
+	var pe problemError
+	if !errors.As(err, &pe) {
+		if ae := pipeline.AsError(err); ae != nil && ae.Code() != pipeline.CodeInternal {
+			pe = ae
+		}
+	}
+	if pe != nil {
+		problem(w, statusOf(pe.Code()), pe.Code(), pe.Reason(), pe.Detail())
+		return
+	}
+	internal(w, c, what, err)
+}
+
+// refused answers a refusal of the page's action (see refuse).
+func refused(w http.ResponseWriter, code, reason, detail string) {
+	writeJSON(w, http.StatusOK, map[string]any{"refused": map[string]string{"code": code, "reason": reason, "detail": detail}})
+}
+
+func internal(w http.ResponseWriter, c *Console, what string, err error) {
+	c.cfg.Logger.Error("console: "+what, "err", err)
+	problem(w, http.StatusInternalServerError, "internal_error", "internal_error", "something went wrong; the server log has the cause")
+}
+
+// statusOf is the HTTP status of an error code.
+func statusOf(code string) int {
+	switch code {
+	case "not_found":
+		return http.StatusNotFound
+	case "validation_error":
+		return http.StatusBadRequest
+	case "unprocessable":
+		return http.StatusUnprocessableEntity
+	case "conflict", "concurrency_conflict":
+		return http.StatusConflict
+	case "unauthenticated":
+		return http.StatusUnauthorized
+	case "access_denied":
+		return http.StatusForbidden
+	case pipeline.CodeUnavailable, pipeline.CodeProjectionRebuilding:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// errorText is what an operator is shown of err.
+func errorText(err error) string {
+	var pe problemError
+	if errors.As(err, &pe) && pe.Detail() != "" {
+		return pe.Detail()
+	}
+	return err.Error()
+}
+
+// problem writes an application/problem+json answer.
+func problem(w http.ResponseWriter, status int, code, reason, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"type": "about:blank", "title": http.StatusText(status), "status": status,
+		"code": code, "reason": reason, "detail": detail,
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// sseWriter writes server-sent events.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func startSSE(w http.ResponseWriter) (*sseWriter, bool) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	return s, s.rc.Flush() == nil
+}
+
+func (s *sseWriter) send(id int64, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(s.w, "id: %d\ndata: %s\n\n", id, b); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *sseWriter) ping() {
+	if _, err := fmt.Fprint(s.w, ": ping\n\n"); err == nil {
+		_ = s.rc.Flush()
+	}
+}
