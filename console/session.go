@@ -29,6 +29,9 @@ const (
 type session struct {
 	user feature.User
 	csrf string
+	// bearer: the request named its token in the Authorization header,
+	// which a browser never sends on its own, so it needs no CSRF check.
+	bearer bool
 }
 
 // errNoSession is a request without a session cookie.
@@ -37,12 +40,25 @@ var errNoSession = errors.New("no session")
 // session resolves the request's operator: errNoSession without a cookie,
 // the verifier's error for a bad or expired token, errNotOperator for a user
 // without the role.
+//
+// A request with an Authorization header is resolved by its bearer token
+// instead of the cookie, as the API resolves it: scripts and tools reach the
+// console's routes (and the mounted jobs UI) that way.
 func (c *Console) session(r *http.Request) (session, error) {
-	ck, err := r.Cookie(SessionCookie)
-	if err != nil || ck.Value == "" {
+	token, bearer := "", false
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+			return session{}, errNoSession
+		}
+		token, bearer = strings.TrimSpace(tok), true
+	} else if ck, err := r.Cookie(SessionCookie); err == nil {
+		token = ck.Value
+	}
+	if token == "" {
 		return session{}, errNoSession
 	}
-	u, _, err := c.cfg.Authenticate(r.Context(), ck.Value)
+	u, _, err := c.cfg.Authenticate(r.Context(), token)
 	if err != nil {
 		return session{}, err
 	}
@@ -52,8 +68,8 @@ func (c *Console) session(r *http.Request) (session, error) {
 	if !u.HasRole(c.cfg.OperatorRole) {
 		return session{user: u}, errNotOperator
 	}
-	s := session{user: u}
-	if ck, err := r.Cookie(CSRFCookie); err == nil {
+	s := session{user: u, bearer: bearer}
+	if ck, err := r.Cookie(CSRFCookie); err == nil && !bearer {
 		s.csrf = ck.Value
 	}
 	return s, nil
@@ -87,6 +103,10 @@ func (c *Console) page(h func(http.ResponseWriter, *http.Request, session)) http
 // the console's own origin and carries the session's CSRF token.
 func (c *Console) action(h func(http.ResponseWriter, *http.Request, session)) http.Handler {
 	return c.page(func(w http.ResponseWriter, r *http.Request, s session) {
+		if s.bearer {
+			h(w, r, s)
+			return
+		}
 		if !sameOrigin(r) {
 			problem(w, http.StatusForbidden, "access_denied", "cross_origin", "the request did not come from the console's own origin")
 			return
@@ -107,8 +127,8 @@ func (c *Console) action(h func(http.ResponseWriter, *http.Request, session)) ht
 // own origin: for a mounted tool whose script cannot send the CSRF token,
 // the SameSite=Strict cookie plus the origin check keep other sites out.
 func (c *Console) guarded(h http.Handler) http.Handler {
-	return c.page(func(w http.ResponseWriter, r *http.Request, _ session) {
-		if !sameOrigin(r) {
+	return c.page(func(w http.ResponseWriter, r *http.Request, s session) {
+		if !s.bearer && !sameOrigin(r) {
 			problem(w, http.StatusForbidden, "access_denied", "cross_origin", "the request did not come from the console's own origin")
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kumiko-go/kumiko/console"
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
@@ -55,7 +57,9 @@ type App struct {
 	// transport carries integration events; nil = in process.
 	transport integration.Transport
 	// jobsUI is River's UI under jobs.UIPath; nil in a worker and without jobs.
-	jobsUI  *jobs.UI
+	jobsUI *jobs.UI
+	// console is the ops console; nil in a worker.
+	console *console.Console
 	addr    listenAddr
 	metrics listenAddr
 
@@ -215,22 +219,31 @@ func (a *App) wireHTTP() error {
 	if err != nil {
 		return err
 	}
-	return a.mountJobsUI()
+	return a.mountConsole()
 }
 
-// mountJobsUI serves River's UI under jobs.UIPath to the operator role,
-// when the app has jobs.
-func (a *App) mountJobsUI() error {
-	r := a.parts.Executor.Jobs()
-	if r == nil {
-		return nil
+// mountConsole serves the ops console under console.DefaultPrefix, with
+// River's UI under jobs.UIPath inside it when the app has jobs: both to the
+// operator role, by session cookie or bearer token.
+func (a *App) mountConsole() error {
+	p := &a.parts
+	var jobsUI http.Handler
+	if r := p.Executor.Jobs(); r != nil {
+		ui, err := r.UI(jobs.UIPath)
+		if err != nil {
+			return err
+		}
+		a.jobsUI, jobsUI = ui, ui
 	}
-	ui, err := r.UI(jobs.UIPath)
+	var err error
+	a.console, err = console.New(console.Config{
+		Store: p.Store, Executor: p.Executor, Authenticate: p.HTTP.TokenUser,
+		OperatorRole: p.Config.OperatorRole, Jobs: jobsUI, Logger: p.Config.Logger,
+	})
 	if err != nil {
 		return err
 	}
-	a.parts.HTTP.MountOperator(jobs.UIPath, ui)
-	a.jobsUI = ui
+	p.HTTP.MountConsole(a.console.Prefix(), a.console)
 	return nil
 }
 
@@ -264,7 +277,8 @@ func (a *App) steps() []step {
 		steps = append(steps, step{start: a.jobsUI.Start, stop: a.jobsUI.Stop})
 	}
 	if a.withHTTP {
-		steps = append(steps, apiListener(cfg, p.HTTP, &a.addr))
+		steps = append(steps, step{stop: func(context.Context) error { a.console.Close(); return nil }},
+			apiListener(cfg, p.HTTP, &a.addr))
 		if cfg.IdempotencyRetention >= 0 {
 			steps = append(steps, pruneIdempotencyKeys(cfg, p.Executor))
 		}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL (DATABASE_URL), Redis (REDIS_URL) and RabbitMQ
-# (RABBITMQ_URL) answer. When one
+# (RABBITMQ_URL) answer, and that a headless Chromium is installed for the
+# ops console's browser tests. When one
 # points at this machine and is down, it is started with the machine's Debian
 # packages (installed with apt-get when missing). Exits non-zero with the reason
 # when a service cannot be made to answer. `make test`, `make run` and CI all
@@ -116,7 +117,16 @@ ensure_rabbitmq() {
 	wait_for RabbitMQ rabbit_ok
 }
 
+# --- Chromium ---------------------------------------------------------------
+# The console's browser tests drive a headless Chromium (chromedp); they fail,
+# not skip, without one.
+ensure_chromium() {
+	command -v chromium >/dev/null || apt_install chromium
+	command -v chromium >/dev/null || die "chromium is not on PATH after installing it"
+}
+
 ensure_postgres
 ensure_redis
 ensure_rabbitmq
-say "PostgreSQL, Redis and RabbitMQ are up"
+ensure_chromium
+say "PostgreSQL, Redis and RabbitMQ are up; Chromium is installed"
