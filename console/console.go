@@ -38,6 +38,8 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/integration"
+	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -67,9 +69,18 @@ type Config struct {
 	// OperatorRole is the role a user needs to use the console; default
 	// "Operator".
 	OperatorRole string
-	// Jobs, when set, is served under Prefix+"/jobs" to signed-in
-	// operators (River's UI), its writes guarded like the console's own.
-	Jobs http.Handler
+	// JobsUI, when set, is served under Prefix+"/jobs" to signed-in
+	// operators (River's UI, jobs.UIPath): by bearer token, or by the
+	// session cookie with its writes accepted only from the console's own
+	// origin (the UI's script cannot send the CSRF token).
+	JobsUI http.Handler
+	// JobsRunner, when set, adds the jobs not yet done, per state, to the
+	// integration page's queue depths.
+	JobsRunner *jobs.Runner
+	// DeadLetters, when set, lists the integration messages the app's
+	// handlers failed on every attempt on the integration page, to retry or
+	// drop (integration.Service.Dead).
+	DeadLetters integration.DeadLetters
 	// Interval is how often the live pages get fresh state; default 1s.
 	Interval time.Duration
 	// Logger receives failed actions and background rebuilds; default
@@ -174,9 +185,12 @@ func (c *Console) routes() *http.ServeMux {
 	m.Handle("GET "+p+"/events/live", c.page(c.tail))
 	m.Handle("GET "+p+"/aggregates/{type}/{id}", c.page(c.render("timeline", "Timeline")))
 	m.Handle("GET "+p+"/aggregates/{type}/{id}/data", c.page(c.timeline))
-	if c.cfg.Jobs != nil {
-		jobs := c.page(func(w http.ResponseWriter, r *http.Request, _ session) { c.cfg.Jobs.ServeHTTP(w, r) })
-		guarded := c.guarded(c.cfg.Jobs)
+	m.Handle("GET "+p+"/integration", c.page(c.render("integration", "Integration and jobs")))
+	m.Handle("GET "+p+"/integration/live", c.page(c.live(c.integrationState)))
+	m.Handle("POST "+p+"/integration/{op}", c.action(c.deadAction))
+	if c.cfg.JobsUI != nil {
+		jobs := c.page(func(w http.ResponseWriter, r *http.Request, _ session) { c.cfg.JobsUI.ServeHTTP(w, r) })
+		guarded := c.guarded(c.cfg.JobsUI)
 		for _, path := range []string{p + "/jobs", p + "/jobs/"} {
 			m.Handle("GET "+path, jobs)
 			m.Handle(path, guarded)

@@ -83,3 +83,28 @@ func TestTimeline(t *testing.T) {
 	require.Contains(t, tb.text(t, `#asof-value`), "2 of 2")
 	require.Contains(t, tb.text(t, `#state`), `"final"`)
 }
+
+// An operator sees a message its handler failed on among the dead ones,
+// has a retry that fails again explained, retries it once the handler is
+// fixed, and drops another one; the relay's queue is empty.
+func TestIntegrationPage(t *testing.T) {
+	e := newEnv(t)
+	tb := newTab(t)
+	undeliverable.Store(true)
+	t.Cleanup(func() { undeliverable.Store(false) })
+	e.write(t, "entry.create", map[string]any{"note": "undeliverable"})
+	tb.login(t, e, "/ops/integration", token(t, "olga", "Operator"))
+	dead := `#dead tr[data-key$="/archive"]`
+	tb.run(t, visible(dead), visible(`#queues tr[data-key="integration relay"][data-depth="0"]`))
+	require.Contains(t, tb.text(t, dead+` td.err`), "archive refuses the entry")
+
+	tb.run(t, confirm(dead+` button[data-op="retry"]`), visible(`#notice.error`))
+	require.Contains(t, tb.text(t, `#notice`), "retry refused")
+
+	undeliverable.Store(false)
+	tb.run(t, confirm(dead+` button[data-op="retry"]`), visible(`#notice.ok`), chromedp.WaitNotPresent(chromedp.CSS(dead)))
+
+	undeliverable.Store(true)
+	e.write(t, "entry.create", map[string]any{"note": "undeliverable"})
+	tb.run(t, visible(dead), confirm(dead+` button[data-op="drop"]`), visible(`#notice.ok`), chromedp.WaitNotPresent(chromedp.CSS(dead)))
+}

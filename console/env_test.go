@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,10 +22,16 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/kumikotest"
 )
 
 var tenant = uuid.MustParse("0190a000-0000-7000-8000-00000000000a")
+
+// undeliverable makes the archive handler fail on an entry.noted message
+// whose note is "undeliverable"; the tests that set it do not run in
+// parallel.
+var undeliverable atomic.Bool
 
 // poisoned makes entry_log fail on an entry whose note is "poison"; the
 // tests that set it do not run in parallel.
@@ -75,10 +82,25 @@ var ledger = feature.Define("ledger", func(r *feature.Registrar) {
 			}
 			_, err = ctx.DB().Exec(ctx.Context(), `INSERT INTO `+ctx.Table()+` (tenant_id, entry_id, note) VALUES ($1, $2, $3)`,
 				ctx.Tenant(), e.AggregateID, v.Note)
-			return err
+			if err != nil {
+				return err
+			}
+			return ctx.Publish("entry.noted", noted{Note: v.Note})
 		}},
 	})
+	r.IntegrationEvent("entry.noted", noted{})
+	r.OnIntegrationEvent("entry.noted", "archive", func(_ feature.CommandContext, m feature.Message) error {
+		if strings.Contains(string(m.Payload), "undeliverable") && undeliverable.Load() {
+			return errors.New("the archive refuses the entry")
+		}
+		return nil
+	})
 })
+
+// noted is the integration event of an entry logged.
+type noted struct {
+	Note string `json:"note"`
+}
 
 // env is the API and the console on a real port over a fresh database,
 // with a running dispatcher.
@@ -93,21 +115,27 @@ func newEnv(t *testing.T) *env {
 	s, err := khttp.NewServer(khttp.Config{JWTSecret: []byte(kumikotest.Secret), Logger: slog.New(slog.DiscardHandler)},
 		app.Executor, app.Store)
 	require.NoError(t, err)
+	svc, err := integration.New(app.Executor, app.Store, integration.Config{MaxAttempts: 1, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	relay, _ := svc.Relay()
 	c, err := console.New(console.Config{
-		Store: app.Store, Executor: app.Executor, Authenticate: s.TokenUser,
+		Store: app.Store, Executor: app.Executor, Authenticate: s.TokenUser, DeadLetters: svc.Dead(),
 		Interval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
 	s.MountConsole(c.Prefix(), c)
 	srv := httptest.NewServer(s.Handler())
-	d, err := consumer.New(app.Store, consumer.Config{InstanceID: "t", PollInterval: 50 * time.Millisecond}, app.Executor.Consumers()...)
+	d, err := consumer.New(app.Store, consumer.Config{InstanceID: "t", PollInterval: 50 * time.Millisecond},
+		append(app.Executor.Consumers(), relay)...)
 	require.NoError(t, err)
+	require.NoError(t, svc.Start(context.Background()))
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
 		c.Close()
 		require.NoError(t, d.Stop(context.Background()))
+		require.NoError(t, svc.Stop(context.Background()))
 	})
 	return &env{App: app, url: srv.URL}
 }

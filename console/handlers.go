@@ -26,12 +26,14 @@ type view struct {
 	Error  string
 	Next   string
 	Vars   map[string]string
+	// Jobs: the jobs UI is mounted.
+	Jobs bool
 }
 
 // render serves the page template name.
 func (c *Console) render(name, title string) func(http.ResponseWriter, *http.Request, session) {
 	return func(w http.ResponseWriter, r *http.Request, s session) {
-		v := view{Title: title, Page: name, Prefix: c.cfg.Prefix, CSRF: s.csrf, User: s.user.ID,
+		v := view{Title: title, Page: name, Prefix: c.cfg.Prefix, CSRF: s.csrf, User: s.user.ID, Jobs: c.cfg.JobsUI != nil,
 			Vars: map[string]string{"type": r.PathValue("type"), "id": r.PathValue("id")}}
 		c.execute(w, http.StatusOK, name, v)
 	}

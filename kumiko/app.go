@@ -228,7 +228,8 @@ func (a *App) wireHTTP() error {
 func (a *App) mountConsole() error {
 	p := &a.parts
 	var jobsUI http.Handler
-	if r := p.Executor.Jobs(); r != nil {
+	r := p.Executor.Jobs()
+	if r != nil {
 		ui, err := r.UI(jobs.UIPath)
 		if err != nil {
 			return err
@@ -238,7 +239,8 @@ func (a *App) mountConsole() error {
 	var err error
 	a.console, err = console.New(console.Config{
 		Store: p.Store, Executor: p.Executor, Authenticate: p.HTTP.TokenUser,
-		OperatorRole: p.Config.OperatorRole, Jobs: jobsUI, Logger: p.Config.Logger,
+		OperatorRole: p.Config.OperatorRole, JobsUI: jobsUI, JobsRunner: r, DeadLetters: p.Integration.Dead(),
+		Logger: p.Config.Logger,
 	})
 	if err != nil {
 		return err

@@ -211,6 +211,39 @@
       });
   }
 
+  function integration(v) {
+    var qb = document.querySelector("#queues tbody");
+    qb.replaceChildren();
+    v.queues.forEach(function (q) {
+      var tr = el("tr", { "data-key": q.name, "data-depth": String(q.depth) });
+      cell(tr, q.name); cell(tr, q.depth + (q.atLeast ? "+" : ""), "n"); cell(tr, q.note);
+      qb.appendChild(tr);
+    });
+    var tb = document.querySelector("#dead tbody");
+    tb.replaceChildren();
+    if (!v.dead.length) { var tr0 = el("tr"); cell(tr0, v.hasDead ? "No dead messages." : "The app has no integration events.").colSpan = 7; tb.appendChild(tr0); }
+    v.dead.forEach(function (d) {
+      var key = d.message.id + "/" + (d.handler || ""), tr = el("tr", { "data-key": key });
+      cell(tr, d.message.id.slice(0, 8)); cell(tr, d.message.type); cell(tr, d.handler || "all");
+      cell(tr, d.attempts, "n"); cell(tr, new Date(d.deadAt).toLocaleString()); cell(tr, d.lastError, "err");
+      var td = cell(tr, "", "actions");
+      [["retry", "Hand message " + d.message.id + " to its handler once more?"], ["drop", "Drop message " + d.message.id + " for good?"]].forEach(function (a) {
+        var b = el("button", { type: "button", "data-key": key, "data-op": a[0], "aria-label": a[0] + " " + d.message.type + " " + d.message.id }, a[0]);
+        b.addEventListener("click", function () {
+          confirmAction(a[1]).then(function (yes) {
+            if (!yes) { return; }
+            post("/integration/" + a[0], { id: d.message.id, handler: d.handler || "" }).then(function (r) {
+              notice(r.ok ? d.message.type + ": " + a[0] + " done." : d.message.type + ": " + a[0] + " refused: " + (r.body.detail || r.body.code), r.ok);
+            });
+          });
+        });
+        td.appendChild(b);
+      });
+      tb.appendChild(tr);
+    });
+  }
+
+  if (page === "integration") { live("/integration/live", integration); }
   if (page === "consumers") { live("/consumers/live", consumers); }
   if (page === "projections") { live("/projections/live", projections); }
   if (page === "events") { events(); }
