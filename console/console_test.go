@@ -25,6 +25,7 @@ func TestConsumersPage(t *testing.T) {
 	e.write(t, "entry.create", map[string]any{"note": "poison"})
 	tb.run(t, visible(row+`[data-status="dead"]`))
 	require.Contains(t, tb.text(t, row+` td.err`), "poison entry cannot be logged")
+	tb.run(t, visible(row+`[data-lag="1"] svg[aria-label$="now 1 events"] polyline`)) // the sparkline follows the lag
 
 	tb.run(t, confirm(row+` button[data-op="enable"]`), visible(`#notice.error`))
 	require.Contains(t, tb.text(t, `#notice`), "enable refused")
@@ -107,4 +108,41 @@ func TestIntegrationPage(t *testing.T) {
 	undeliverable.Store(true)
 	e.write(t, "entry.create", map[string]any{"note": "undeliverable"})
 	tb.run(t, visible(dead), confirm(dead+` button[data-op="drop"]`), visible(`#notice.ok`), chromedp.WaitNotPresent(chromedp.CSS(dead)))
+}
+
+// Every page fits a 360 px wide screen (its tables scroll in their own
+// region), and an action runs from the keyboard alone: Tab to the button,
+// Enter, the confirmation opens on Cancel, Tab to Confirm, Enter.
+func TestNarrowScreenAndKeyboard(t *testing.T) {
+	e := newEnv(t)
+	tb := newTab(t)
+	id := e.write(t, "entry.create", map[string]any{"note": "narrow"})["id"].(string)
+	tb.run(t, chromedp.EmulateViewport(360, 740))
+	tb.login(t, e, "/ops/consumers", token(t, "olga", "Operator"))
+	tb.run(t, visible(`#consumers`))
+	for _, page := range []struct{ path, ready string }{
+		{"/ops/consumers", `#consumers tr[data-key="entry_log/__shared__"]`},
+		{"/ops/projections", `#projections tr[data-key="entry_counts"]`},
+		{"/ops/events", `#events tr[data-id]`},
+		{"/ops/aggregates/entry/" + id, `#timeline tbody tr`},
+		{"/ops/integration", `#queues tr[data-key="integration relay"]`},
+		{"/ops/login", `#token`},
+	} {
+		tb.run(t, chromedp.Navigate(e.url+page.path), visible(page.ready))
+		width, err := chromedp.Run(tb.ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+		require.NoError(t, err)
+		require.LessOrEqual(t, width, 360, "%s scrolls sideways at 360 px", page.path)
+	}
+
+	row := `#projections tr[data-key="entry_counts"]`
+	tb.run(t,
+		chromedp.Navigate(e.url+"/ops/projections"), visible(row),
+		chromedp.Focus(chromedp.CSS(row+` button[data-op="rebuild"]`)),
+		chromedp.KeyEvent(kb.Enter),
+		visible(`#confirm[open]`),
+	)
+	focused, err := chromedp.Run(tb.ctx, chromedp.Evaluate[string](`document.activeElement.id`))
+	require.NoError(t, err)
+	require.Equal(t, "confirm-cancel", focused, "the confirmation opens on Cancel")
+	tb.run(t, chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter), visible(row+`[data-rebuild="100"]`))
 }
