@@ -62,8 +62,8 @@ func TestProjectionRebuild(t *testing.T) {
 	require.Equal(t, 1, e.Count(t, "SELECT count(*) FROM entry_counts WHERE n = 3"))
 }
 
-// An operator follows the event tail, opens an entry's timeline and moves
-// the as-of slider back and forth with the keyboard.
+// An operator follows the event tail, opens an entry's timeline, moves the
+// as-of slider back and forth with the keyboard, and signs out.
 func TestTimeline(t *testing.T) {
 	e := newEnv(t)
 	tb := newTab(t)
@@ -83,6 +83,12 @@ func TestTimeline(t *testing.T) {
 	tb.run(t, chromedp.KeyEvent(kb.ArrowRight))
 	require.Contains(t, tb.text(t, `#asof-value`), "2 of 2")
 	require.Contains(t, tb.text(t, `#state`), `"final"`)
+
+	// Signing out ends the session: the pages send to the form again.
+	tb.run(t,
+		chromedp.Click(chromedp.CSS(`form.logout button`)), visible(`#token`),
+		chromedp.Navigate(e.url+"/ops/consumers"), visible(`#token`),
+	)
 }
 
 // An operator sees a message its handler failed on among the dead ones,
