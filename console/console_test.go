@@ -71,6 +71,23 @@ func TestTimeline(t *testing.T) {
 	e.write(t, "entry.update", map[string]any{"id": id, "version": 1, "changes": map[string]any{"note": "final"}})
 	tb.login(t, e, "/ops/events", token(t, "olga", "Operator"))
 	link := `#events a[href$="/aggregates/entry/` + id + `"]`
+	tb.run(t, visible(`#events tr[data-type="entry.created"]`), visible(`#events tr[data-type="entry.updated"]`))
+
+	// The type filter follows only the updates; the address keeps it.
+	tb.run(t,
+		chromedp.SetValue(chromedp.CSS(`#f-type`), "entry.updated"),
+		chromedp.Click(chromedp.CSS(`#filter button`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#events tr[data-type="entry.created"]`)),
+		visible(`#events tr[data-type="entry.updated"]`),
+	)
+	types, err := chromedp.Run(tb.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#events tbody tr")].map(r => r.dataset.type)`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"entry.updated"}, types)
+	tb.run(t, chromedp.Reload(), visible(`#events tr[data-type="entry.updated"]`))
+	types, err = chromedp.Run(tb.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#events tbody tr")].map(r => r.dataset.type)`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"entry.updated"}, types, "the filter survives a reload")
+
 	tb.run(t, visible(link), chromedp.Click(chromedp.CSS(link)), visible(`#asof[max="2"]`))
 	require.Contains(t, tb.text(t, `#state`), `"final"`)
 	require.Contains(t, tb.text(t, `#diff tbody`), `"draft"`, "version 2 changed the note from draft")

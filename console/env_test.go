@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -212,10 +213,11 @@ func (tb *tab) run(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
 	require.NoError(t, chromedp.Do(ctx, steps...))
 }
 
-// text is the visible text of the element at sel.
+// text is the text of the element at sel, read in one step (the live
+// tables change under a test).
 func (tb *tab) text(t *testing.T, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(tb.ctx, chromedp.Text(chromedp.CSS(sel)))
+	s, err := chromedp.Run(tb.ctx, chromedp.Evaluate[string](`document.querySelector(`+strconv.Quote(sel)+`).innerText`))
 	require.NoError(t, err)
 	return s
 }

@@ -38,27 +38,63 @@
       });
     });
   }
-  // live keeps render fed from the SSE stream at path; focus stays on the
-  // control (by data-key and data-op) that had it.
+  // live keeps render fed from the SSE stream at path.
   function live(path, render) {
     var src = new EventSource(prefix + path);
-    src.onmessage = function (m) {
-      var a = document.activeElement, key = a && a.dataset ? a.dataset.key : null, op = a && a.dataset ? a.dataset.op : null;
-      render(JSON.parse(m.data));
-      if (key && op) {
-        var again = document.querySelector('[data-key="' + CSS.escape(key) + '"][data-op="' + op + '"]');
-        if (again) { again.focus(); }
-      }
-    };
+    src.onmessage = function (m) { render(JSON.parse(m.data)); };
     window.addEventListener("pagehide", function () { src.close(); });
-    return src;
   }
+  // rows keeps the rows of tb in step with items, one per key: a new key
+  // gets a row from make, every row is refreshed by update (with the item
+  // also on tr.item, for its buttons), rows of gone keys leave. Rows stay
+  // in place, so a button keeps its focus across updates.
+  function rows(tb, items, keyOf, make, update, emptyText) {
+    var seen = {};
+    if (!items.length) {
+      if (!tb.querySelector("tr.empty")) {
+        tb.replaceChildren();
+        var tr0 = el("tr", { "class": "empty" });
+        cell(tr0, emptyText).colSpan = tb.parentNode.querySelectorAll("thead th").length;
+        tb.appendChild(tr0);
+      }
+      return;
+    }
+    items.forEach(function (it) {
+      var key = keyOf(it);
+      seen[key] = true;
+      var tr = tb.querySelector('tr[data-key="' + CSS.escape(key) + '"]');
+      if (!tr) { tr = el("tr", { "data-key": key }); make(tr, key); tb.appendChild(tr); }
+      tr.item = it;
+      update(tr, it);
+    });
+    Array.prototype.slice.call(tb.children).forEach(function (tr) {
+      if (!seen[tr.dataset.key]) { tr.remove(); }
+    });
+  }
+  // cells gives tr n empty cells with the classes in cls (by index).
+  function cells(tr, n, cls) {
+    for (var i = 0; i < n; i++) { cell(tr, "", cls[i]); }
+  }
+  function setCells(tr, texts) {
+    texts.forEach(function (t, i) { if (t !== null && tr.children[i].textContent !== String(t)) { tr.children[i].textContent = String(t); } });
+  }
+  // button adds an action button to td that confirms with question(item)
+  // and then runs act(item).
+  function button(td, tr, key, op, label, question, act) {
+    var b = el("button", { type: "button", "data-key": key, "data-op": op, "aria-label": label }, op);
+    b.addEventListener("click", function () {
+      var it = tr.item;
+      confirmAction(question(it)).then(function (yes) { if (yes) { act(it); } });
+    });
+    td.appendChild(b);
+  }
+
   function num(v) { return v === undefined || v === null ? "" : String(v); }
   function secs(v) { return v ? v.toFixed(1) : "0"; }
 
-  var history = {};
+  var lags = {};
   function sparkline(key, value) {
-    var h = history[key] || (history[key] = []);
+    var h = lags[key] || (lags[key] = []);
     h.push(value);
     if (h.length > 60) { h.shift(); }
     var max = Math.max.apply(null, h.concat([1])), w = 80, ht = 20;
@@ -86,62 +122,58 @@
     enable: "Enable {s}? Passes resume from its cursor."
   };
   function consumers(list) {
-    var tb = document.querySelector("#consumers tbody");
-    tb.replaceChildren();
-    if (!list.length) { var tr0 = el("tr"); cell(tr0, "No consumer shards yet.").colSpan = 11; tb.appendChild(tr0); }
-    list.forEach(function (s) {
-      var key = s.name + "/" + s.instanceId, tr = el("tr", { "data-key": key, "data-status": s.status, "data-lag": String(s.lagEvents) });
-      cell(tr, s.name); cell(tr, s.instanceId);
-      cell(tr, s.status + (s.liveness ? " (" + s.liveness + ")" : ""), "status status-" + s.status);
-      cell(tr, num(s.cursor), "n"); cell(tr, num(s.head), "n"); cell(tr, num(s.lagEvents), "n lag");
-      cell(tr, secs(s.lagSeconds), "n"); cell(tr, "").appendChild(sparkline(key, s.lagEvents));
-      cell(tr, s.gapWaitSeconds ? secs(s.gapWaitSeconds) + (s.gapBackends.length ? " (pids " + s.gapBackends.join(", ") + ")" : "") : "", "n");
-      cell(tr, s.lastError, "err");
-      var td = cell(tr, "", "actions");
-      Object.keys(ops).forEach(function (op) {
-        var b = el("button", { type: "button", "data-key": key, "data-op": op, "aria-label": op + " " + key }, op);
-        b.addEventListener("click", function () {
-          confirmAction(ops[op].replace("{s}", key)).then(function (yes) {
-            if (!yes) { return; }
+    rows(document.querySelector("#consumers tbody"), list, function (s) { return s.name + "/" + s.instanceId; },
+      function (tr, key) {
+        cells(tr, 11, ["", "", "status", "n", "n", "n lag", "n", "spark", "n", "err", "actions"]);
+        Object.keys(ops).forEach(function (op) {
+          button(tr.children[10], tr, key, op, op + " " + key, function () { return ops[op].replace("{s}", key); }, function (s) {
             post("/consumers/" + op, { name: s.name, instance: s.instanceId }).then(function (r) {
               notice(r.ok ? key + ": " + op + " done, now " + r.body.data.status + "." : key + ": " + op + " refused: " + (r.body.detail || r.body.code), r.ok);
             });
           });
         });
-        td.appendChild(b);
-      });
-      tb.appendChild(tr);
-    });
+      },
+      function (tr, s) {
+        var key = tr.dataset.key;
+        tr.dataset.status = s.status;
+        tr.dataset.lag = String(s.lagEvents);
+        tr.children[2].className = "status status-" + s.status;
+        setCells(tr, [s.name, s.instanceId, s.status + (s.liveness ? " (" + s.liveness + ")" : ""), num(s.cursor), num(s.head),
+          num(s.lagEvents), secs(s.lagSeconds), null,
+          s.gapWaitSeconds ? secs(s.gapWaitSeconds) + (s.gapBackends.length ? " (pids " + s.gapBackends.join(", ") + ")" : "") : "",
+          s.lastError]);
+        tr.children[7].replaceChildren(sparkline(key, s.lagEvents));
+      }, "No consumer shards yet.");
   }
 
   function projections(list) {
-    var tb = document.querySelector("#projections tbody");
-    tb.replaceChildren();
-    list.forEach(function (p) {
-      var tr = el("tr", { "data-key": p.name, "data-status": p.status });
-      if (p.rebuild) { tr.dataset.rebuild = p.rebuild.running ? "running" : p.rebuild.error ? "failed" : String(p.rebuild.percent); }
-      cell(tr, p.name); cell(tr, p.kind); cell(tr, p.status, "status status-" + p.status);
-      cell(tr, num(p.cursor), "n"); cell(tr, num(p.head), "n"); cell(tr, num(p.lag), "n"); cell(tr, secs(p.lagSeconds), "n");
-      cell(tr, p.lastRebuildAt ? new Date(p.lastRebuildAt).toLocaleString() : "never");
-      var td = cell(tr, "", "progress");
-      if (p.rebuild) {
-        var pr = el("progress", { max: "100", value: String(p.rebuild.percent), "aria-label": "rebuild of " + p.name });
-        td.appendChild(pr);
-        td.appendChild(el("span", { "class": "percent" }, p.rebuild.percent + " %" + (p.rebuild.running ? "" : p.rebuild.error ? " failed" : " done")));
-      }
-      cell(tr, (p.rebuild && p.rebuild.error) || p.lastError, "err");
-      var b = el("button", { type: "button", "data-key": p.name, "data-op": "rebuild", "aria-label": "rebuild " + p.name }, "rebuild");
-      b.addEventListener("click", function () {
-        confirmAction("Rebuild " + p.name + " from the stored events?").then(function (yes) {
-          if (!yes) { return; }
+    rows(document.querySelector("#projections tbody"), list, function (p) { return p.name; },
+      function (tr, key) {
+        cells(tr, 11, ["", "", "status", "n", "n", "n", "n", "", "progress", "err", "actions"]);
+        var pr = el("progress", { max: "100", value: "0", "aria-label": "rebuild of " + key });
+        pr.hidden = true;
+        tr.children[8].appendChild(pr);
+        tr.children[8].appendChild(el("span", { "class": "percent" }));
+        button(tr.children[10], tr, key, "rebuild", "rebuild " + key, function () { return "Rebuild " + key + " from the stored events?"; }, function (p) {
           post("/projections/rebuild", { name: p.name }).then(function (r) {
             notice(r.ok ? p.name + ": rebuild started." : p.name + ": rebuild refused: " + (r.body.detail || r.body.code), r.ok);
           });
         });
-      });
-      cell(tr, "", "actions").appendChild(b);
-      tb.appendChild(tr);
-    });
+      },
+      function (tr, p) {
+        tr.dataset.status = p.status;
+        tr.children[2].className = "status status-" + p.status;
+        setCells(tr, [p.name, p.kind, p.status, num(p.cursor), num(p.head), num(p.lag), secs(p.lagSeconds),
+          p.lastRebuildAt ? new Date(p.lastRebuildAt).toLocaleString() : "never", null,
+          (p.rebuild && p.rebuild.error) || p.lastError || ""]);
+        var bar = tr.children[8].firstChild, pct = tr.children[8].lastChild;
+        if (p.rebuild) {
+          tr.dataset.rebuild = p.rebuild.running ? "running" : p.rebuild.error ? "failed" : String(p.rebuild.percent);
+          bar.hidden = false;
+          bar.value = p.rebuild.percent;
+          pct.textContent = p.rebuild.percent + " %" + (p.rebuild.running ? "" : p.rebuild.error ? " failed" : " done");
+        }
+      }, "No projections.");
   }
 
   function events() {
@@ -155,7 +187,7 @@
       src.onopen = function () { state.textContent = "Following the event log."; };
       src.onerror = function () { state.textContent = "Reconnecting…"; };
       src.onmessage = function (m) {
-        var e = JSON.parse(m.data), tr = el("tr", { "data-id": String(e.id) });
+        var e = JSON.parse(m.data), tr = el("tr", { "data-id": String(e.id), "data-type": e.type });
         cell(tr, e.id, "n"); cell(tr, new Date(e.createdAt).toLocaleString()); cell(tr, e.type);
         var a = el("a", { href: prefix + "/aggregates/" + encodeURIComponent(e.aggregateType) + "/" + e.aggregateId }, e.aggregateType + " " + e.aggregateId.slice(0, 8));
         cell(tr, "").appendChild(a);
@@ -164,7 +196,14 @@
         while (tb.children.length > 200) { tb.removeChild(tb.lastChild); }
       };
     }
-    form.addEventListener("submit", function (ev) { ev.preventDefault(); connect(); });
+    var start = new URLSearchParams(location.search);
+    form.elements.type.value = start.get("type") || "";
+    form.elements.aggregate.value = start.get("aggregate") || "";
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      history.replaceState(null, "", "?" + new URLSearchParams(new FormData(form)).toString());
+      connect();
+    });
     window.addEventListener("pagehide", function () { if (src) { src.close(); } });
     connect();
   }
@@ -212,35 +251,27 @@
   }
 
   function integration(v) {
-    var qb = document.querySelector("#queues tbody");
-    qb.replaceChildren();
-    v.queues.forEach(function (q) {
-      var tr = el("tr", { "data-key": q.name, "data-depth": String(q.depth) });
-      cell(tr, q.name); cell(tr, q.depth + (q.atLeast ? "+" : ""), "n"); cell(tr, q.note);
-      qb.appendChild(tr);
-    });
-    var tb = document.querySelector("#dead tbody");
-    tb.replaceChildren();
-    if (!v.dead.length) { var tr0 = el("tr"); cell(tr0, v.hasDead ? "No dead messages." : "The app has no integration events.").colSpan = 7; tb.appendChild(tr0); }
-    v.dead.forEach(function (d) {
-      var key = d.message.id + "/" + (d.handler || ""), tr = el("tr", { "data-key": key });
-      cell(tr, d.message.id.slice(0, 8)); cell(tr, d.message.type); cell(tr, d.handler || "all");
-      cell(tr, d.attempts, "n"); cell(tr, new Date(d.deadAt).toLocaleString()); cell(tr, d.lastError, "err");
-      var td = cell(tr, "", "actions");
-      [["retry", "Hand message " + d.message.id + " to its handler once more?"], ["drop", "Drop message " + d.message.id + " for good?"]].forEach(function (a) {
-        var b = el("button", { type: "button", "data-key": key, "data-op": a[0], "aria-label": a[0] + " " + d.message.type + " " + d.message.id }, a[0]);
-        b.addEventListener("click", function () {
-          confirmAction(a[1]).then(function (yes) {
-            if (!yes) { return; }
+    rows(document.querySelector("#queues tbody"), v.queues, function (q) { return q.name; },
+      function (tr) { cells(tr, 3, ["", "n", ""]); },
+      function (tr, q) {
+        tr.dataset.depth = String(q.depth);
+        setCells(tr, [q.name, q.depth + (q.atLeast ? "+" : ""), q.note]);
+      }, "No queues.");
+    rows(document.querySelector("#dead tbody"), v.dead, function (d) { return d.message.id + "/" + (d.handler || ""); },
+      function (tr, key) {
+        cells(tr, 7, ["", "", "", "n", "", "err", "actions"]);
+        [["retry", "Hand the message to its handler once more?"], ["drop", "Drop the message for good?"]].forEach(function (a) {
+          button(tr.children[6], tr, key, a[0], a[0] + " " + key, function (d) { return a[1] + " (" + d.message.type + " " + d.message.id + ")"; }, function (d) {
             post("/integration/" + a[0], { id: d.message.id, handler: d.handler || "" }).then(function (r) {
               notice(r.ok ? d.message.type + ": " + a[0] + " done." : d.message.type + ": " + a[0] + " refused: " + (r.body.detail || r.body.code), r.ok);
             });
           });
         });
-        td.appendChild(b);
-      });
-      tb.appendChild(tr);
-    });
+      },
+      function (tr, d) {
+        setCells(tr, [d.message.id.slice(0, 8), d.message.type, d.handler || "all", d.attempts,
+          new Date(d.deadAt).toLocaleString(), d.lastError]);
+      }, v.hasDead ? "No dead messages." : "The app has no integration events.");
   }
 
   if (page === "integration") { live("/integration/live", integration); }
