@@ -83,6 +83,22 @@ func TestCSRF(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, csrf)
+	for _, c := range cookies {
+		require.False(t, c.Secure, "plain HTTP: %s", c.Name)
+	}
+	// Behind a proxy that terminated TLS they are Secure.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+"/ops/login", strings.NewReader(login.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", e.url)
+	req.Header.Set("X-Forwarded-Proto", "https")
+	res, err := noRedirect.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Len(t, res.Cookies(), 2)
+	for _, c := range res.Cookies() {
+		require.True(t, c.Secure, "over TLS: %s", c.Name)
+	}
 
 	form := url.Values{"name": {"entry_log"}}
 	require.Equal(t, http.StatusForbidden, first(post("/ops/consumers/restart", e.url, form, cookies, "")), "no CSRF token")

@@ -158,7 +158,7 @@ func setSession(w http.ResponseWriter, r *http.Request, prefix, token string, ex
 	if _, err := rand.Read(b); err != nil {
 		return err
 	}
-	secure := r.TLS != nil
+	secure := overTLS(r)
 	for name, v := range map[string]string{SessionCookie: token, CSRFCookie: base64.RawURLEncoding.EncodeToString(b)} {
 		http.SetCookie(w, &http.Cookie{
 			Name: name, Value: v, Path: prefix, Expires: exp, HttpOnly: true, Secure: secure,
@@ -168,11 +168,18 @@ func setSession(w http.ResponseWriter, r *http.Request, prefix, token string, ex
 	return nil
 }
 
+// overTLS reports whether the browser reached the server over TLS: the
+// request itself, or a proxy that terminated TLS and said so in
+// X-Forwarded-Proto (trusting it can only make the cookies stricter).
+func overTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
 // clearSession removes the session cookies.
 func clearSession(w http.ResponseWriter, r *http.Request, prefix string) {
 	for _, name := range []string{SessionCookie, CSRFCookie} {
 		http.SetCookie(w, &http.Cookie{
-			Name: name, Path: prefix, MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil,
+			Name: name, Path: prefix, MaxAge: -1, HttpOnly: true, Secure: overTLS(r),
 			SameSite: http.SameSiteStrictMode,
 		})
 	}
