@@ -240,13 +240,21 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 }
 
 // inWriteTx runs fn in a write transaction that first records the caller's
-// idempotency key; after the commit it counts the appended events.
+// idempotency key — in one round trip with fn's first statement (see
+// carryTx) — and after the commit counts the appended events. A refused key
+// is the answer whatever fn made of it.
 func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context.Context, tx pgx.Tx) error) *Error {
-	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		if err := d.recordKey(ctx, tx, c); err != nil {
+	err := d.store.WithTx(ctx, func(ctx context.Context, plain pgx.Tx) error {
+		tx := newCarryTx(plain)
+		d.recordKey(tx, c)
+		err := fn(ctx, tx)
+		if tx.err != nil {
+			return tx.err
+		}
+		if err != nil {
 			return err
 		}
-		return fn(ctx, tx)
+		return tx.Flush(ctx)
 	})
 	if err != nil {
 		return AsError(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // CodeIdempotencyConflict is the code of a keyed request that was already
@@ -13,27 +14,44 @@ import (
 // (reason key_reused).
 const CodeIdempotencyConflict = "idempotency_conflict"
 
-// recordKey records the caller's idempotency key in the write transaction.
-// The primary key makes a concurrent duplicate wait for the first
+// recordKey queues the caller's idempotency key for the write transaction:
+// it travels to the database with the transaction's first statement (see
+// carryTx). The primary key makes a concurrent duplicate wait for the first
 // transaction and then fail, so a keyed write applies at most once however
 // the HTTP layer's record fares.
-func (d *Executor) recordKey(ctx context.Context, tx pgx.Tx, c *Caller) error {
+func (d *Executor) recordKey(tx *carryTx, c *Caller) {
 	if c.IdempotencyKey == "" {
-		return nil
+		return
 	}
-	tag, err := tx.Exec(ctx, d.sql.recordKey, [16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey, c.RequestHash)
-	if err != nil {
-		return fmt.Errorf("record idempotency key: %w", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
+	taken := keyTaken{d: d, c: c}
+	tx.enqueue(d.sql.recordKey, func(tag pgconn.CommandTag, err error) error {
+		switch {
+		case err != nil:
+			return fmt.Errorf("record idempotency key: %w", err)
+		case tag.RowsAffected() == 1:
+			return nil
+		}
+		return taken
+	}, [16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey, c.RequestHash)
+}
+
+// keyTaken is the check's answer when the key is recorded already; resolve
+// reads the recorded request's fingerprint to tell a retry from a reused
+// key.
+type keyTaken struct {
+	d *Executor
+	c *Caller
+}
+
+func (k keyTaken) Error() string { return "idempotency key recorded already" }
+
+func (k keyTaken) resolve(ctx context.Context, tx pgx.Tx) error {
 	var hash string
-	if err := tx.QueryRow(ctx, d.sql.keyHash,
-		[16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey).Scan(&hash); err != nil {
+	if err := tx.QueryRow(ctx, k.d.sql.keyHash,
+		[16]byte(k.c.User.TenantID), k.c.User.ID, k.c.IdempotencyKey).Scan(&hash); err != nil {
 		return fmt.Errorf("read idempotency key: %w", err)
 	}
-	if hash != c.RequestHash {
+	if hash != k.c.RequestHash {
 		return newError(CodeIdempotencyConflict, ReasonKeyReused, "the idempotency key was used for a different request", nil)
 	}
 	return newError(CodeIdempotencyConflict, ReasonAlreadyApplied, "this request was already applied; its response is no longer available", nil)
