@@ -3,6 +3,7 @@ package http
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/rsa"
 	"encoding/json"
@@ -147,6 +148,8 @@ type authenticator struct {
 	secret []byte  // HS256; nil: refused
 	keys   *keySet // RS256 and ES256; nil: refused
 	parser *jwt.Parser
+	// verified remembers verified tokens (see tokenCache for its bounds).
+	verified *tokenCache
 }
 
 // newAuthenticator verifies HS256 tokens signed with cfg.JWTSecret and
@@ -155,7 +158,7 @@ type authenticator struct {
 // token's iss or aud. With an OIDC issuer and no Issuer, iss must name the
 // OIDC issuer.
 func newAuthenticator(cfg Config) *authenticator {
-	a := &authenticator{}
+	a := &authenticator{verified: newTokenCache(tokenCacheSize, tokenCacheTTL)}
 	var methods []string
 	if len(cfg.JWTSecret) > 0 {
 		a.secret = slices.Clone(cfg.JWTSecret)
@@ -215,7 +218,8 @@ func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
 
 // user returns the caller an Authorization header names and when its token
 // expires: the anonymous user (and the zero time) when there is none, an
-// unauthenticated error when it is not a valid bearer token.
+// unauthenticated error when it is not a valid bearer token. A token
+// verified within tokenCacheTTL and not expired is answered from the cache.
 func (a *authenticator) user(ctx context.Context, header string) (feature.User, time.Time, error) {
 	if header == "" {
 		return feature.User{}, time.Time{}, nil
@@ -225,8 +229,24 @@ func (a *authenticator) user(ctx context.Context, header string) (feature.User, 
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return feature.User{}, time.Time{}, unauthenticated(reasonAuthorizationHeader, "the Authorization header must be `Bearer <token>`", nil)
 	}
-	var cl claims
-	if _, err := a.parser.ParseWithClaims(token, &cl, func(t *jwt.Token) (any, error) { return a.keyFor(ctx, t) }); err != nil {
+	now := time.Now()
+	if u, exp, ok := a.verified.get(token, now, a.keys.holds); ok {
+		return u, exp, nil
+	}
+	var (
+		cl  claims
+		kid string
+		key crypto.PublicKey // nil: the secret
+	)
+	keyFunc := func(t *jwt.Token) (any, error) {
+		k, err := a.keyFor(ctx, t)
+		if t.Method != jwt.SigningMethodHS256 {
+			kid, _ = t.Header["kid"].(string)
+			key = k
+		}
+		return k, err
+	}
+	if _, err := a.parser.ParseWithClaims(token, &cl, keyFunc); err != nil {
 		var unavailable *apiError
 		if errors.As(err, &unavailable) {
 			return feature.User{}, time.Time{}, unavailable
@@ -240,6 +260,7 @@ func (a *authenticator) user(ctx context.Context, header string) (feature.User, 
 	if err != nil {
 		return feature.User{}, time.Time{}, err
 	}
+	a.verified.put(token, u, cl.ExpiresAt.Time, now, kid, key)
 	return u, cl.ExpiresAt.Time, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -97,7 +99,11 @@ func (s *Server) claim(ctx context.Context, k idempotency.Key, fp string) (*idem
 }
 
 // runClaimed runs the request that owns k and records its response: the
-// error, if any, is written by the central handler into the recording.
+// error, if any, is written by the central handler into the recording. The
+// record is written after the handler returns, in a goroutine of its own
+// (see settleLater), so the client has its answer one store round trip
+// sooner; a retry arriving before the record finds the claim still pending
+// and waits for it (IdempotencyWait), as for a request in flight.
 func (s *Server) runClaimed(c echo.Context, next echo.HandlerFunc, store idempotency.Store, k idempotency.Key, info *requestInfo) error {
 	res := c.Response()
 	rec := &recorder{ResponseWriter: res.Writer, limit: s.cfg.IdempotencyMaxResponse}
@@ -106,14 +112,14 @@ func (s *Server) runClaimed(c echo.Context, next echo.HandlerFunc, store idempot
 	defer func() {
 		res.Writer = rec.ResponseWriter
 		if !settled { // a panic: free the key for a retry
-			s.settle(c, store, k, info, 0, rec)
+			s.settle(s.settlement(c, store, k, info, 0, rec))
 		}
 	}()
 	if err := next(c); err != nil {
 		c.Error(err)
 	}
 	settled = true
-	s.settle(c, store, k, info, res.Status, rec)
+	s.settleLater(s.settlement(c, store, k, info, res.Status, rec))
 	return nil
 }
 
@@ -123,26 +129,76 @@ func (s *Server) runClaimed(c echo.Context, next echo.HandlerFunc, store idempot
 // client as a content type.
 const responseOmitted = "application/x.kumiko.response-omitted"
 
-// settle completes k with a 2xx or 4xx response and releases it otherwise;
-// a 2xx too large to keep is completed as responseOmitted, a 4xx too large
-// is released.
-func (s *Server) settle(c echo.Context, store idempotency.Store, k idempotency.Key, info *requestInfo, status int, rec *recorder) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), storeTimeout)
+// settlement is what settle needs of a request, taken while its echo
+// context is still the request's.
+type settlement struct {
+	ctx         context.Context
+	store       idempotency.Store
+	key         idempotency.Key
+	fingerprint string
+	log         *slog.Logger
+	status      int
+	contentType string
+	body        []byte
+	overflow    bool
+}
+
+func (s *Server) settlement(c echo.Context, store idempotency.Store, k idempotency.Key, info *requestInfo, status int, rec *recorder) settlement {
+	return settlement{
+		ctx: context.WithoutCancel(c.Request().Context()), store: store, key: k, fingerprint: info.requestHash,
+		log: info.log, status: status, contentType: c.Response().Header().Get(echo.HeaderContentType),
+		body: rec.body.Bytes(), overflow: rec.overflow,
+	}
+}
+
+// settleLater settles st in a goroutine the server tracks: WaitRecords
+// waits for it. Until it is done the claim stays pending, so retries wait
+// rather than run.
+func (s *Server) settleLater(st settlement) {
+	s.records.Add(1)
+	go func() {
+		defer s.records.Done()
+		s.settle(st)
+	}()
+}
+
+// WaitRecords waits until the idempotency records of answered requests are
+// written, or ctx ends. Call it after the HTTP server stopped serving and
+// before closing the idempotency store's client.
+func (s *Server) WaitRecords(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.records.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("http: idempotency records still being written: %w", ctx.Err())
+	}
+}
+
+// settle completes the key with a 2xx or 4xx response and releases it
+// otherwise; a 2xx too large to keep is completed as responseOmitted, a 4xx
+// too large is released.
+func (s *Server) settle(st settlement) {
+	ctx, cancel := context.WithTimeout(st.ctx, storeTimeout)
 	defer cancel()
-	if status < 200 || status >= 500 || (rec.overflow && status >= 300) {
-		if err := store.Release(ctx, k, info.requestHash); err != nil {
-			info.log.Warn("idempotency: release the key", "err", err)
+	if st.status < 200 || st.status >= 500 || (st.overflow && st.status >= 300) {
+		if err := st.store.Release(ctx, st.key, st.fingerprint); err != nil {
+			st.log.Warn("idempotency: release the key", "err", err)
 		}
 		return
 	}
-	resp := idempotency.Response{Status: status, ContentType: c.Response().Header().Get(echo.HeaderContentType), Body: rec.body.Bytes()}
-	if rec.overflow {
+	resp := idempotency.Response{Status: st.status, ContentType: st.contentType, Body: st.body}
+	if st.overflow {
 		resp = idempotency.Response{Status: http.StatusConflict, ContentType: responseOmitted}
-		info.log.Info("idempotency: the response is too large to keep for replay; a retry answers already_applied",
+		st.log.Info("idempotency: the response is too large to keep for replay; a retry answers already_applied",
 			"limit", s.cfg.IdempotencyMaxResponse)
 	}
-	if err := store.Complete(ctx, k, info.requestHash, resp); err != nil {
-		info.log.Warn("idempotency: record the response", "err", err)
+	if err := st.store.Complete(ctx, st.key, st.fingerprint, resp); err != nil {
+		st.log.Warn("idempotency: record the response", "err", err)
 	}
 }
 

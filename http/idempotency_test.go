@@ -3,6 +3,7 @@ package http_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -128,11 +129,7 @@ func TestIdempotencyInProgress(t *testing.T) {
 
 	first := make(chan reply, 1)
 	go func() {
-		r, err := send(e.srv, with(post("/api/write", alice, keyedCreate), "Idempotency-Key", "slow"))
-		if err != nil {
-			r = reply{status: -1, body: []byte(err.Error())}
-		}
-		first <- r
+		first <- sendReply(e.srv, with(post("/api/write", alice, keyedCreate), "Idempotency-Key", "slow"))
 	}()
 	<-hold.entered // the first request ran and is recording its response
 
@@ -146,6 +143,45 @@ func TestIdempotencyInProgress(t *testing.T) {
 	replayed := e.post("/api/write", alice, keyedCreate, "Idempotency-Key", "slow")
 	require.Equal(t, original.body, replayed.body)
 	require.Equal(t, "true", replayed.header.Get("Idempotent-Replayed"))
+	require.Equal(t, 1, e.events())
+}
+
+// The record is completed after the answer: the client has its response
+// while the record is still pending, and a retry arriving in that window
+// waits for the record and is replayed the first response — never run
+// again, never answered otherwise.
+func TestIdempotencyRetryBeforeCompletion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *khttp.Config) { c.IdempotencyWait = time.Minute })
+	hold := &holdHook{entered: make(chan struct{}), release: make(chan struct{})}
+	e.idem.hold = hold
+	e.idem.waiting = make(chan struct{})
+	alice := token(t, "alice", tenantA, "User")
+
+	first := make(chan reply, 1)
+	go func() {
+		first <- sendReply(e.srv, with(post("/api/write", alice, keyedCreate), "Idempotency-Key", "window"))
+	}()
+	var original reply
+	select {
+	case original = <-first:
+	case <-time.After(30 * time.Second): // a deadlock guard: the answer waits for the record
+		close(hold.release)
+		t.Fatal("the first request was not answered while its record was pending")
+	}
+	require.Equal(t, 200, original.status, original.String())
+	<-hold.entered // the record is still being completed
+
+	retry := make(chan reply, 1)
+	go func() {
+		retry <- sendReply(e.srv, with(post("/api/write", alice, keyedCreate), "Idempotency-Key", "window"))
+	}()
+	<-e.idem.waiting // the retry found the claim pending and waits
+	close(hold.release)
+	replayed := <-retry
+	require.Equal(t, 200, replayed.status, replayed.String())
+	require.Equal(t, "true", replayed.header.Get("Idempotent-Replayed"))
+	require.Equal(t, original.body, replayed.body)
 	require.Equal(t, 1, e.events())
 }
 
@@ -224,4 +260,13 @@ func TestIdempotencyWithoutStore(t *testing.T) {
 	var key string
 	require.NoError(t, e.app.Pool.QueryRow(context.Background(), "SELECT metadata->>'idempotencyKey' FROM kumiko_events").Scan(&key))
 	require.Equal(t, "nostore", key)
+}
+
+// sendReply is send for a goroutine: a failure is a reply with status -1.
+func sendReply(srv *httptest.Server, r request) reply {
+	rep, err := send(srv, r)
+	if err != nil {
+		return reply{status: -1, body: []byte(err.Error())}
+	}
+	return rep
 }

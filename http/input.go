@@ -85,11 +85,60 @@ func checkContentType(ct string) error {
 	return nil
 }
 
-// scanJSON walks body's tokens without building values: it refuses
+// scanJSON refuses malformed JSON, a top-level value that is not an object,
+// nesting deeper than maxDepth, strings holding U+0000 (PostgreSQL cannot
+// store them) and anything after the value. A valid body (json.Valid, which
+// allocates nothing) is checked by one pass over its bytes (scanValid); an
+// invalid one by walking its tokens (scanTokens), which names what is
+// wrong.
+func scanJSON(body []byte, maxDepth int) error {
+	if json.Valid(body) {
+		return scanValid(body, maxDepth)
+	}
+	return scanTokens(body, maxDepth)
+}
+
+// scanValid is scanJSON of a body json.Valid accepts: it counts nesting
+// outside strings and looks for the escape \u0000 inside them.
+func scanValid(body []byte, maxDepth int) error {
+	if first := bytes.TrimLeft(body, " \t\r\n"); first[0] != '{' {
+		return invalidInput("invalid_json", "the request body must be a JSON object")
+	}
+	depth, inString := 0, false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if inString {
+			switch c {
+			case '\\':
+				if body[i+1] == 'u' && string(body[i+2:i+6]) == "0000" {
+					return invalidInput("invalid_character", "strings must not contain the character U+0000")
+				}
+				i++ // the escaped character (of \uXXXX, the u: hex digits are never special)
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > maxDepth {
+				return invalidInput("too_deep", fmt.Sprintf("the JSON nests deeper than allowed (%d levels below the envelope)", maxDepth))
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+// scanTokens walks body's tokens without building values: it refuses
 // malformed JSON, a top-level value that is not an object, nesting deeper
 // than maxDepth, strings holding U+0000 (PostgreSQL cannot store them) and
 // anything after the value.
-func scanJSON(body []byte, maxDepth int) error {
+func scanTokens(body []byte, maxDepth int) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	depth := 0

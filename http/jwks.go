@@ -104,6 +104,14 @@ func (k *keySet) cached(kid string) (crypto.PublicKey, bool) {
 	return k.keys[kid], k.keys != nil && time.Since(k.fetched) < k.refresh
 }
 
+// holds reports whether the cached set still maps kid to key: a token
+// verified with a key the set has since lost is verified again.
+func (k *keySet) holds(kid string, key crypto.PublicKey) bool {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.keys[kid] == key
+}
+
 // fetch replaces the cache with the keys the set serves now.
 func (k *keySet) fetch(ctx context.Context) error {
 	k.mu.Lock()

@@ -286,6 +286,10 @@ type memStore struct {
 	down atomic.Bool
 	// hold, when set, makes Complete signal entered and wait for release.
 	hold *holdHook
+	// waiting, when set, is closed by the first Claim that finds the key
+	// in progress.
+	waiting     chan struct{}
+	waitingOnce sync.Once
 }
 
 type holdHook struct {
@@ -317,6 +321,9 @@ func (s *memStore) Claim(_ context.Context, key idempotency.Key, fp string) (*id
 	case rec.fp != fp:
 		return nil, idempotency.ErrKeyReused
 	case rec.resp == nil:
+		if s.waiting != nil {
+			s.waitingOnce.Do(func() { close(s.waiting) })
+		}
 		return nil, idempotency.ErrInProgress
 	}
 	resp := *rec.resp

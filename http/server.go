@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -277,6 +278,9 @@ type Server struct {
 	hub sseHub
 	// openAPIDoc is what GET /api/openapi.json serves, built once.
 	openAPIDoc []byte
+	// records counts the idempotency records being written after their
+	// requests were answered (see WaitRecords).
+	records sync.WaitGroup
 }
 
 // NewServer builds the server for d, inspecting streams in store (the

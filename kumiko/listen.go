@@ -27,7 +27,17 @@ func apiListener(cfg Config, srv *khttp.Server, bound *listenAddr) step {
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 	}
 	hs.RegisterOnShutdown(srv.CloseStreams) // open event streams would hold Shutdown
-	return listener(cfg, "http", cfg.Addr, hs, bound)
+	st := listener(cfg, "http", cfg.Addr, hs, bound)
+	stop := st.stop
+	st.stop = func(ctx context.Context) error {
+		err := stop(ctx)
+		// The idempotency records of the last answers, before the store's
+		// client closes.
+		ctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
+		defer cancel()
+		return errors.Join(err, srv.WaitRecords(ctx))
+	}
+	return st
 }
 
 // metricsListener serves the registry on Config.MetricsAddr: a listener of
