@@ -2,6 +2,7 @@ package http
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -22,7 +23,8 @@ func FuzzScanValidMatchesTokens(f *testing.F) {
 		if (fast == nil) != (slow == nil) {
 			t.Fatalf("%s (depth %d): one pass %v, tokens %v", body, maxDepth, fast, slow)
 		}
-		if fast != nil && fast.(*apiError).reason != slow.(*apiError).reason {
+		var f, sl *apiError
+		if fast != nil && (!errors.As(fast, &f) || !errors.As(slow, &sl) || f.reason != sl.reason) {
 			t.Fatalf("%s (depth %d): one pass %v, tokens %v", body, maxDepth, fast, slow)
 		}
 	})

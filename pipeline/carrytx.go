@@ -43,6 +43,13 @@ type resolver interface {
 
 func newCarryTx(tx pgx.Tx) *carryTx { return &carryTx{Tx: tx} }
 
+// carriedFailed reports whether tx is a carryTx whose queued statements
+// failed (a refused idempotency key).
+func carriedFailed(tx pgx.Tx) bool {
+	q, ok := tx.(*carryTx)
+	return ok && q.err != nil
+}
+
 // enqueue queues sql to travel with the next statement.
 func (q *carryTx) enqueue(sql string, check func(pgconn.CommandTag, error) error, args ...any) {
 	q.queue = append(q.queue, queued{sql: sql, args: args, check: check})

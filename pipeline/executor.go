@@ -223,7 +223,9 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 		for i := range reqs {
 			res, err := d.execute(ctx, tx, &c, hs[i], ins[i])
 			if err != nil {
-				failed = i
+				if !carriedFailed(tx) { // a refused key is not the request's failure
+					failed = i
+				}
 				return err
 			}
 			out[i] = res

@@ -519,3 +519,41 @@ func TestSnapshotEntity(t *testing.T) {
 	c, _ = code(t, err)
 	require.Equal(t, "not_found", c)
 }
+
+// swallowing has a command that ignores the errors of its statements, as a
+// careless handler might.
+var swallowing = feature.Define("swallowing", func(r *feature.Registrar) {
+	feature.HandleCommand(r, "swallow.run", feature.Roles("User"), func(ctx feature.CommandContext, _ struct{}) (any, error) {
+		_, _ = ctx.DB().Exec(ctx.Context(), "SELECT 1")
+		var one int
+		_ = ctx.DB().QueryRow(ctx.Context(), "SELECT 1").Scan(&one)
+		return map[string]int{"one": one}, nil
+	})
+})
+
+// The idempotency key travels with the transaction's first statement; a
+// key recorded already is the answer even when the handler ignores the
+// error its statement got, and a keyed batch refused for its key names no
+// failing request.
+func TestIdempotencyKeyRefusedWhateverTheHandlerDoes(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{swallowing, notes})
+	keyed := alice
+	keyed.IdempotencyKey, keyed.RequestHash = "k-swallow", "h"
+	out, err := app.Executor.Command(ctx, keyed, req("swallow.run", `{}`))
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"one": 1}, out)
+
+	_, err = app.Executor.Command(ctx, keyed, req("swallow.run", `{}`))
+	_, pe := code(t, err)
+	require.Equal(t, "already_applied", pe.Reason())
+
+	keyed.IdempotencyKey = "k-batch"
+	_, err = app.Executor.Batch(ctx, keyed, []pipeline.Request{req("note.create", `{"title":"a"}`), req("note.create", `{"title":"b"}`)})
+	require.NoError(t, err)
+	_, err = app.Executor.Batch(ctx, keyed, []pipeline.Request{req("note.create", `{"title":"a"}`), req("note.create", `{"title":"b"}`)})
+	_, pe = code(t, err)
+	require.Equal(t, "already_applied", pe.Reason())
+	require.NotContains(t, pe.Details(), "failedIndex")
+	require.Equal(t, 2, events(t, app))
+}
