@@ -250,6 +250,11 @@ func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context
 		tx := newCarryTx(plain)
 		d.recordKey(tx, c)
 		err := fn(ctx, tx)
+		if err != nil {
+			// A handler that failed before its first statement: the key
+			// still decides (a retry of an applied request is told so).
+			_ = tx.Flush(ctx)
+		}
 		if tx.err != nil {
 			return tx.err
 		}

@@ -529,6 +529,14 @@ var swallowing = feature.Define("swallowing", func(r *feature.Registrar) {
 		_ = ctx.DB().QueryRow(ctx.Context(), "SELECT 1").Scan(&one)
 		return map[string]int{"one": one}, nil
 	})
+	feature.HandleCommand(r, "swallow.maybe", feature.Roles("User"), func(_ feature.CommandContext, in struct {
+		Fail bool `json:"fail"`
+	}) (any, error) {
+		if in.Fail {
+			return nil, errors.New("failed before any statement")
+		}
+		return map[string]int{}, nil
+	})
 })
 
 // The idempotency key travels with the transaction's first statement; a
@@ -546,6 +554,14 @@ func TestIdempotencyKeyRefusedWhateverTheHandlerDoes(t *testing.T) {
 
 	_, err = app.Executor.Command(ctx, keyed, req("swallow.run", `{}`))
 	_, pe := code(t, err)
+	require.Equal(t, "already_applied", pe.Reason())
+
+	// A handler failing before its first statement: the key still decides.
+	keyed.IdempotencyKey = "k-maybe"
+	_, err = app.Executor.Command(ctx, keyed, req("swallow.maybe", `{}`))
+	require.NoError(t, err)
+	_, err = app.Executor.Command(ctx, keyed, req("swallow.maybe", `{"fail":true}`))
+	_, pe = code(t, err)
 	require.Equal(t, "already_applied", pe.Reason())
 
 	keyed.IdempotencyKey = "k-batch"
