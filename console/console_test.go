@@ -90,7 +90,9 @@ func TestTimeline(t *testing.T) {
 
 	tb.run(t, visible(link), chromedp.Click(chromedp.CSS(link)), visible(`#asof[max="2"]`))
 	require.Contains(t, tb.text(t, `#state`), `"final"`)
-	require.Contains(t, tb.text(t, `#diff tbody`), `"draft"`, "version 2 changed the note from draft")
+	require.Contains(t, tb.text(t, `#state`), `"version": 2`, "the entity's state as its detail shows it")
+	require.NotContains(t, tb.text(t, `#state`), `"changes"`, "not the update's payload")
+	require.Contains(t, tb.text(t, `#diff tr[data-field="note"]`), `"draft"`, "version 2 changed the note from draft")
 
 	tb.run(t, chromedp.Focus(chromedp.CSS(`#asof`)), chromedp.KeyEvent(kb.Home))
 	require.Contains(t, tb.text(t, `#asof-value`), "1 of 2")

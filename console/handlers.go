@@ -297,7 +297,8 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request, _ session) {
 }
 
 // GET /aggregates/{type}/{id}/data: the aggregate's timeline, across
-// tenants (the console is the operator's).
+// tenants (the console is the operator's), with an entity's state after
+// each event (states, null for other aggregates).
 func (c *Console) timeline(w http.ResponseWriter, r *http.Request, _ session) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil || id == uuid.Nil {
@@ -314,7 +315,12 @@ func (c *Console) timeline(w http.ResponseWriter, r *http.Request, _ session) {
 		fail(w, c, "timeline", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": tl})
+	states, err := c.cfg.Executor.States(tl)
+	if err != nil {
+		fail(w, c, "timeline", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": tl, "states": states})
 }
 
 // live streams state(r) over SSE every interval while it changes.

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -66,6 +68,29 @@ func Inspect(ctx context.Context, store *eventstore.Store, tenant uuid.UUID, agg
 			StoredEventVersion: e.StoredEventVersion, RawPayload: e.StoredPayload,
 			Metadata: e.Metadata, CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
 		}
+	}
+	return out, nil
+}
+
+// States is the state of tl's aggregate after each of its events, as an
+// entity's detail would show it at that version (nil entries where it did
+// not exist, or was deleted); nil when the aggregate type is not an entity
+// of the app, whose streams have events but no state the framework keeps.
+func (d *Executor) States(tl Timeline) ([]map[string]any, error) {
+	t := d.entities[tl.AggregateType]
+	if t == nil {
+		return nil, nil
+	}
+	out := make([]map[string]any, len(tl.Events))
+	var state map[string]any
+	for i, e := range tl.Events {
+		ev := eventstore.Event{ID: e.ID, AggregateID: tl.AggregateID, AggregateType: tl.AggregateType, TenantID: tl.TenantID,
+			Version: e.Version, Type: e.Type, EventVersion: e.EventVersion, Payload: e.Payload, CreatedAt: e.CreatedAt}
+		var err error
+		if state, err = t.fold(state, []eventstore.Event{ev}); err != nil {
+			return nil, fmt.Errorf("state of %s %s at version %d: %w", tl.AggregateType, tl.AggregateID, e.Version, err)
+		}
+		out[i] = maps.Clone(state)
 	}
 	return out, nil
 }

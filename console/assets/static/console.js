@@ -220,7 +220,13 @@
       .then(function (r) {
         if (!r.ok) { notice(r.body.detail || r.body.code); return; }
         var evs = r.body.data.events, states = [{}];
-        evs.forEach(function (e, i) { states.push(merge(states[i], e.payload)); });
+        if (r.body.states) {
+          // An entity: its state after each event, as the server folds it.
+          r.body.states.forEach(function (s) { states.push(s || {}); });
+        } else {
+          // Events without a kept state: the payloads so far, merged.
+          evs.forEach(function (e, i) { states.push(merge(states[i], e.payload)); });
+        }
         var tb = document.querySelector("#timeline tbody");
         evs.forEach(function (e) {
           var tr = el("tr");
