@@ -55,3 +55,7 @@ ON CONFLICT (name) DO UPDATE SET incomplete_until = EXCLUDED.incomplete_until, u
 		projectionState: r.Replace(`SELECT status, last_processed_event_id, last_rebuild_at, last_error FROM {projections} WHERE name = $1`),
 	}
 }
+
+// sqlAsyncCommit lets the transaction commit without waiting for its WAL
+// flush (a rebuild chunk: see rebuild.replayChunk).
+const sqlAsyncCommit = `SET LOCAL synchronous_commit TO OFF`

@@ -328,8 +328,16 @@ func (r *rebuild) replay(ctx context.Context, upTo int64) error {
 func (r *rebuild) batches() bool { return r.t.kind == ProjectionInline && !r.opts.Quarantine }
 
 // replayChunk applies one chunk in its own transaction and moves the cursor.
+//
+// A chunk commits without waiting for its WAL flush: the shadow rows and the
+// progress that covers them are one transaction, so a crash loses both or
+// neither, and the rebuild resumes from the progress that survived. The
+// swap that publishes the shadow table commits synchronously.
 func (r *rebuild) replayChunk(ctx context.Context, upTo int64, batched bool) error {
 	return pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlAsyncCommit); err != nil {
+			return err
+		}
 		next, err := r.applyBatch(ctx, tx, r.cursor, upTo, batched)
 		if err != nil {
 			return err

@@ -257,3 +257,49 @@ func TestRebuildNamesAFailingStatement(t *testing.T) {
 	require.Equal(t, pipeline.ProjectionFailed, status(t, app, "note_titles").Status)
 	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM note_titles"), "the live table is untouched")
 }
+
+// commitModes records synchronous_commit as an inline projection's apply
+// sees it.
+var commitModes = struct {
+	sync.Mutex
+	seen []string
+}{}
+
+var commitProbe = feature.Define("probe", func(r *feature.Registrar) {
+	r.Entity("probe", feature.Fields{"title": feature.Text()})
+	r.Crud("probe", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
+	r.Projection("probe_modes", feature.InlineProjection{
+		Source: "probe",
+		Table: feature.TableDef{Name: "probe_modes", Columns: []feature.Column{
+			{Name: "tenant_id", Type: "uuid", NotNull: true}, {Name: "n", Type: "bigint"},
+		}},
+		Apply: map[string]feature.ProjectionApplyFunc{"probe.created": func(ctx feature.ProjectionContext, _ feature.Event) error {
+			var mode string
+			if err := ctx.DB().QueryRow(ctx.Context(), "SHOW synchronous_commit").Scan(&mode); err != nil {
+				return err
+			}
+			commitModes.Lock()
+			commitModes.seen = append(commitModes.seen, mode)
+			commitModes.Unlock()
+			return nil
+		}},
+	})
+})
+
+// A rebuild's chunks commit without waiting for the WAL flush (their rows
+// and progress are lost together or kept together); a write commits
+// synchronously.
+func TestRebuildChunksCommitAsynchronously(t *testing.T) {
+	app := kumikotest.NewApp(t, []*feature.Feature{commitProbe})
+	write(t, app, alice, "probe.create", `{"title":"a"}`)
+	commitModes.Lock()
+	require.Equal(t, []string{"on"}, commitModes.seen, "the write")
+	commitModes.seen = nil
+	commitModes.Unlock()
+
+	_, err := app.Executor.RebuildProjection(ctx, "probe_modes", pipeline.RebuildOptions{})
+	require.NoError(t, err)
+	commitModes.Lock()
+	defer commitModes.Unlock()
+	require.Equal(t, []string{"off"}, commitModes.seen, "the rebuild's chunk")
+}
