@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumiko-go/kumiko/internal/batchtx"
 )
 
 // carryTx is the write transaction as handlers and the event store see it:
@@ -118,7 +120,7 @@ func (q *carryTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	}
 	br, err := q.send(ctx, sql, args)
 	if err != nil {
-		return errRow{err}
+		return batchtx.ErrRow(err)
 	}
 	return batchRow{row: br.QueryRow(), br: br}
 }
@@ -132,7 +134,7 @@ func (q *carryTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 
 func (q *carryTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := q.Flush(ctx); err != nil {
-		return errBatch{err}
+		return batchtx.ErrBatch(err)
 	}
 	return q.Tx.SendBatch(ctx, b)
 }
@@ -191,17 +193,3 @@ func (r batchRow) Scan(dest ...any) error {
 	}
 	return err
 }
-
-// errRow is a pgx.Row that fails with err.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
-// errBatch is a pgx.BatchResults that fails with err.
-type errBatch struct{ err error }
-
-func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
-func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
-func (b errBatch) QueryRow() pgx.Row                { return errRow(b) }
-func (b errBatch) Close() error                     { return b.err }
-func (b errBatch) Tx() pgx.Tx                       { return nil }

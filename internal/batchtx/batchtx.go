@@ -115,6 +115,13 @@ func (q *Tx) Flush(ctx context.Context) error {
 	return br.Close()
 }
 
+// ErrRow is a pgx.Row whose Scan fails with err: what a wrapped
+// transaction answers when the statements it had to send first failed.
+func ErrRow(err error) pgx.Row { return errRow{err} }
+
+// ErrBatch is a pgx.BatchResults that fails with err, for the same case.
+func ErrBatch(err error) pgx.BatchResults { return errBatch{err} }
+
 // errRow is a pgx.Row that fails with err.
 type errRow struct{ err error }
 
