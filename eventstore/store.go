@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumiko-go/kumiko/internal/lazytx"
 )
 
 // Config configures a Store. The zero value is usable: schema "public", no
@@ -113,15 +115,22 @@ func (s *Store) Subscribe() (wake <-chan struct{}, cancel func()) { return s.not
 // NotifyChannel after the commit and never when the transaction rolls back.
 // Every error, fn's included, passes through TranslateError: a connection
 // lost anywhere in the transaction is ErrUnavailable.
+//
+// The transaction costs no round trip of its own: BEGIN travels with fn's
+// first statement and COMMIT with what is still queued (statements queued by
+// the packages that share the transaction, such as the pipeline's row
+// writes); a transaction that sent nothing ends without one. Savepoints
+// (tx.Begin) are queued the same way.
 func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return TranslateError(fmt.Errorf("begin: %w", err))
 	}
+	tx := lazytx.Begin(pc.Conn(), pc.Release)
 	// Rolls back when fn fails or panics (the panic goes on), so the
 	// connection goes back to the pool; a no-op after the commit.
 	defer func() { _ = tx.Rollback(ctx) }()
-	w := &txWake{conn: tx.Conn()}
+	w := &txWake{tx: tx, conn: pc.Conn()}
 	ctx = context.WithValue(ctx, txWakeKey{}, w)
 	if err := fn(ctx, tx); err != nil {
 		return TranslateError(err)
@@ -136,17 +145,27 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.
 // txWake records, for a transaction opened by WithTx, the highest event id it
 // appended, so the notification can be sent after the commit.
 type txWake struct {
+	tx    *lazytx.Tx
 	conn  *pgx.Conn
 	maxID int64
 }
 
 type txWakeKey struct{}
 
+// owns reports whether tx is the transaction WithTx opened, one of its
+// savepoints, or a wrapper of either (on the same connection).
+func (w *txWake) owns(tx pgx.Tx) bool {
+	if t := lazytx.Of(tx); t != nil {
+		return t == w.tx
+	}
+	return tx.Conn() == w.conn
+}
+
 // announce arranges the wake-up for events appended in tx: after the commit
 // when WithTx owns tx, else with a transactional pg_notify (delivered by
 // Postgres only if tx commits).
 func (s *Store) announce(ctx context.Context, tx pgx.Tx, maxID int64) error {
-	if w, ok := ctx.Value(txWakeKey{}).(*txWake); ok && w.conn == tx.Conn() {
+	if w, ok := ctx.Value(txWakeKey{}).(*txWake); ok && w.owns(tx) {
 		w.maxID = max(w.maxID, maxID)
 		return nil
 	}

@@ -254,7 +254,9 @@ func TestLimitConfigValidation(t *testing.T) {
 // for as long as the lock is held.
 func TestServerRequestTimeout(t *testing.T) {
 	t.Parallel()
-	app, db := startLimited(t, kumiko.Config{RequestTimeout: 300 * time.Millisecond})
+	// Long enough for the first write on a loaded machine (the race detector,
+	// parallel tests), short against the default.
+	app, db := startLimited(t, kumiko.Config{RequestTimeout: 2 * time.Second})
 	token, err := khttp.IssueToken([]byte(secret), "u-1", "01900000-0000-7000-8000-000000000001", []string{"User"}, time.Hour)
 	require.NoError(t, err)
 	base := "http://" + app.Addr()

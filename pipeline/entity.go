@@ -17,6 +17,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/lazytx"
 	"github.com/kumiko-go/kumiko/internal/spec"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -120,8 +121,12 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 		for _, f := range t.fields {
 			args = append(args, toText(fields[f], t.specs[f].Type.ColumnType()))
 		}
-		if _, err := db.Exec(ctx, t.insert, args...); err != nil {
-			return nil, fmt.Errorf("%s: apply %s: %w", t.table, ev.Type, err)
+		// Nothing reads the insert's result: it travels with the next
+		// statement, the commit at the latest.
+		if err := lazytx.Enqueue(ctx, db, func(err error) error {
+			return t.uniqueViolation(fmt.Errorf("%s: apply %s: %w", t.table, ev.Type, err))
+		}, t.insert, args...); err != nil {
+			return nil, err
 		}
 		// The new row is exactly the fold of its first event.
 		return t.fold(nil, []eventstore.Event{ev})

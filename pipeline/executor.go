@@ -24,6 +24,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
+	"github.com/kumiko-go/kumiko/internal/lazytx"
 	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -222,8 +223,14 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 	err := d.inWriteTx(ctx, &c, func(ctx context.Context, tx pgx.Tx) error {
 		for i := range reqs {
 			res, err := d.execute(ctx, tx, &c, hs[i], ins[i])
+			if err == nil {
+				// What the request queued (its rows) fails as its own.
+				if lt := lazytx.Of(tx); lt != nil {
+					err = lt.Flush(ctx)
+				}
+			}
 			if err != nil {
-				if !carriedFailed(tx) { // a refused key is not the request's failure
+				if !errors.Is(err, errKeyTaken) { // a refused key is not the request's failure
 					failed = i
 				}
 				return err
@@ -242,27 +249,27 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 }
 
 // inWriteTx runs fn in a write transaction that first records the caller's
-// idempotency key — in one round trip with fn's first statement (see
-// carryTx) — and after the commit counts the appended events. A refused key
-// is the answer whatever fn made of it.
+// idempotency key — in one round trip with fn's first statement — and after
+// the commit counts the appended events. A refused key is the answer
+// whatever fn made of it.
 func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context.Context, tx pgx.Tx) error) *Error {
-	err := d.store.WithTx(ctx, func(ctx context.Context, plain pgx.Tx) error {
-		tx := newCarryTx(plain)
-		d.recordKey(tx, c)
-		err := fn(ctx, tx)
-		if err != nil {
-			// A handler that failed before its first statement: the key
-			// still decides (a retry of an applied request is told so).
-			_ = tx.Flush(ctx)
-		}
-		if tx.err != nil {
-			return tx.err
-		}
-		if err != nil {
+	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := d.recordKey(ctx, tx, c); err != nil {
 			return err
 		}
-		return tx.Flush(ctx)
+		if err := fn(ctx, tx); err != nil {
+			// A handler that failed before its first statement: the key
+			// still decides (a retry of an applied request is told so).
+			if lt := lazytx.Of(tx); lt != nil && lt.Flush(ctx) != nil && errors.Is(lt.Err(), errKeyTaken) {
+				return lt.Err()
+			}
+			return err
+		}
+		return nil
 	})
+	if errors.Is(err, errKeyTaken) {
+		return d.resolveKey(ctx, c)
+	}
 	if err != nil {
 		return AsError(err)
 	}

@@ -2,11 +2,15 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/internal/lazytx"
 )
 
 // CodeIdempotencyConflict is the code of a keyed request that was already
@@ -15,43 +19,38 @@ import (
 const CodeIdempotencyConflict = "idempotency_conflict"
 
 // recordKey queues the caller's idempotency key for the write transaction:
-// it travels to the database with the transaction's first statement (see
-// carryTx). The primary key makes a concurrent duplicate wait for the first
-// transaction and then fail, so a keyed write applies at most once however
-// the HTTP layer's record fares.
-func (d *Executor) recordKey(tx *carryTx, c *Caller) {
+// it travels to the database with the transaction's first statement. The
+// primary key makes a concurrent duplicate wait for the first transaction
+// and then fail, so a keyed write applies at most once however the HTTP
+// layer's record fares. A recorded key fails its statement, and with it the
+// transaction: errKeyTaken, which resolveKey explains.
+func (d *Executor) recordKey(ctx context.Context, tx pgx.Tx, c *Caller) error {
 	if c.IdempotencyKey == "" {
-		return
+		return nil
 	}
-	taken := keyTaken{d: d, c: c}
-	tx.enqueue(d.sql.recordKey, func(tag pgconn.CommandTag, err error) error {
-		switch {
-		case err != nil:
-			return fmt.Errorf("record idempotency key: %w", err)
-		case tag.RowsAffected() == 1:
-			return nil
+	return lazytx.Enqueue(ctx, tx, func(err error) error {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "23505" {
+			return errKeyTaken
 		}
-		return taken
-	}, [16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey, c.RequestHash)
+		return fmt.Errorf("record idempotency key: %w", err)
+	}, d.sql.recordKey, [16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey, c.RequestHash)
 }
 
-// keyTaken is the check's answer when the key is recorded already; resolve
-// reads the recorded request's fingerprint to tell a retry from a reused
-// key.
-type keyTaken struct {
-	d *Executor
-	c *Caller
-}
+// errKeyTaken is the failure of a write whose idempotency key is recorded
+// already.
+var errKeyTaken = errors.New("idempotency key recorded already")
 
-func (k keyTaken) Error() string { return "idempotency key recorded already" }
-
-func (k keyTaken) resolve(ctx context.Context, tx pgx.Tx) error {
+// resolveKey reads the recorded request's fingerprint to tell a retry
+// (already_applied) from a reused key (key_reused). It runs after the write
+// rolled back, outside it: the key was committed by another transaction.
+func (d *Executor) resolveKey(ctx context.Context, c *Caller) *Error {
 	var hash string
-	if err := tx.QueryRow(ctx, k.d.sql.keyHash,
-		[16]byte(k.c.User.TenantID), k.c.User.ID, k.c.IdempotencyKey).Scan(&hash); err != nil {
-		return fmt.Errorf("read idempotency key: %w", err)
+	if err := d.pool.QueryRow(ctx, d.sql.keyHash,
+		[16]byte(c.User.TenantID), c.User.ID, c.IdempotencyKey).Scan(&hash); err != nil {
+		return AsError(eventstore.TranslateError(fmt.Errorf("read idempotency key: %w", err)))
 	}
-	if hash != k.c.RequestHash {
+	if hash != c.RequestHash {
 		return newError(CodeIdempotencyConflict, ReasonKeyReused, "the idempotency key was used for a different request", nil)
 	}
 	return newError(CodeIdempotencyConflict, ReasonAlreadyApplied, "this request was already applied; its response is no longer available", nil)

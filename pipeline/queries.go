@@ -27,9 +27,8 @@ func newQueries(schema string) queries {
 		"{quarantine}", pgx.Identifier{schema, "kumiko_projection_quarantine"}.Sanitize(),
 	)
 	return queries{
-		recordKey: r.Replace(`INSERT INTO {keys} (tenant_id, user_id, key, request_hash) VALUES ($1, $2, $3, $4)
-ON CONFLICT DO NOTHING`),
-		keyHash: r.Replace(`SELECT request_hash FROM {keys} WHERE tenant_id = $1 AND user_id = $2 AND key = $3`),
+		recordKey: r.Replace(`INSERT INTO {keys} (tenant_id, user_id, key, request_hash) VALUES ($1, $2, $3, $4)`),
+		keyHash:   r.Replace(`SELECT request_hash FROM {keys} WHERE tenant_id = $1 AND user_id = $2 AND key = $3`),
 		// One chunk, found through the index on created_at.
 		pruneKeys: r.Replace(fmt.Sprintf(`DELETE FROM {keys} WHERE ctid = ANY (ARRAY(
 	SELECT ctid FROM {keys} WHERE created_at < $1 LIMIT %d))`, pruneKeysChunk)),

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -176,6 +177,43 @@ func TestEventAndRowsCommitTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, out, 2)
 	require.Equal(t, [3]int{3, 2, 2}, counts())
+}
+
+// labels has a unique field and nothing else that writes after a create's
+// row: the row insert travels with the next statement or the commit.
+var labels = feature.Define("labels", func(r *feature.Registrar) {
+	r.Entity("label", feature.Fields{"code": feature.Text().Unique()})
+	r.Crud("label", feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()})
+})
+
+// A row that violates its unique index fails its own request and nothing is
+// kept: in the middle of a batch, as its last request (the row travelling
+// with the commit), alone, and keyed, where no key is recorded (its retry is
+// refused the same way, not told it was applied).
+func TestUniqueRowFailsItsOwnRequest(t *testing.T) {
+	t.Parallel()
+	app := newTasks(t, labels)
+	write(t, app, alice, "label.create", `{"code":"A-1"}`)
+	dup := req("label.create", `{"code":"A-1"}`)
+	for i := range 2 {
+		reqs := []pipeline.Request{req("label.create", `{"code":"B"}`), req("task.create", `{"title":"fine"}`)}
+		_, err := app.Executor.Batch(ctx, alice, slices.Insert(reqs, i+1, dup))
+		c, pe := code(t, err)
+		require.Equal(t, "unique_violation", c, "at %d", i+1)
+		require.Equal(t, i+1, pe.Details()["failedIndex"])
+		require.Equal(t, "code", pe.Details()["field"])
+	}
+	keyed := alice
+	keyed.IdempotencyKey, keyed.RequestHash = "dup-key", "h1"
+	for range 2 {
+		_, err := app.Executor.Write(ctx, keyed, dup)
+		c, _ := code(t, err)
+		require.Equal(t, "unique_violation", c)
+	}
+	require.Equal(t, 0, app.Count(t, "SELECT count(*) FROM kumiko_idempotency_keys"))
+	require.Equal(t, 1, events(t, app))
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM read_label"))
+	require.Equal(t, 0, app.Count(t, "SELECT count(*) FROM read_task"))
 }
 
 func TestBatchGatesEveryRequestFirst(t *testing.T) {

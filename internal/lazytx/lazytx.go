@@ -1,0 +1,479 @@
+// Package lazytx is a transaction that costs no round trip of its own:
+// BEGIN travels with its first statement, statements queued with Enqueue
+// travel with the next one, and COMMIT carries whatever is still queued. A
+// write that appends an event and inserts its row then takes two round trips
+// instead of four.
+package lazytx
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumiko-go/kumiko/internal/batchtx"
+)
+
+// Check turns a queued statement's failure into the error to answer. A
+// queued statement succeeds or fails in the database: a check judges only
+// failures, never a result, because COMMIT may travel in the same batch and
+// PostgreSQL skips it only after a failed statement.
+type Check func(err error) error
+
+// Tx is a transaction on one connection, begun lazily. It implements
+// pgx.Tx:
+//
+//   - Exec, Query, QueryRow and SendBatch carry BEGIN (until it is sent) and
+//     the queue in one batch with their own statements. A statement that
+//     cannot go in a batch (several statements in one string, an explicit
+//     QueryExecMode argument) is sent alone after them.
+//   - Enqueue queues a statement. The first queued statement that fails is
+//     kept (its Check names the error): the statement that carried it
+//     answers it, and so do every later statement and the commit, so the
+//     transaction never commits past it.
+//   - Commit sends the queue and COMMIT in one batch; a transaction that
+//     sent nothing commits without a round trip.
+//   - Begin opens a savepoint, queued like any statement; CopyFrom, Prepare,
+//     LargeObjects and Conn send what is queued first.
+//
+// A Tx is not safe for concurrent use, as no pgx.Tx is.
+type Tx struct {
+	conn    *pgx.Conn
+	release func()
+	begun   bool // BEGIN was sent
+	done    bool // committed or rolled back
+	queue   []queued
+	sent    int // how many queued statements were sent, ever
+	err     error
+	nextSP  int
+}
+
+// queued is a statement waiting to be carried.
+type queued struct {
+	sql   string
+	args  []any
+	check Check
+}
+
+// Begin returns a transaction on conn that has sent nothing yet. release,
+// when not nil, runs once the transaction has ended (the connection back
+// to its pool).
+func Begin(conn *pgx.Conn, release func()) *Tx {
+	return &Tx{conn: conn, release: release}
+}
+
+// Of returns the Tx behind db (itself or one of its savepoints), nil when
+// db is not one.
+func Of(db any) *Tx {
+	switch t := db.(type) {
+	case *Tx:
+		return t
+	case *savepoint:
+		return t.Tx
+	}
+	return nil
+}
+
+// Execer is what Enqueue needs of a connection that is not a Tx.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Enqueue queues sql to travel with the next statement sent on db; check,
+// when not nil, names its failure. On a db that is not a Tx, sql runs at
+// once (where db queues statements itself, it stays queued there).
+func Enqueue(ctx context.Context, db Execer, check Check, sql string, args ...any) error {
+	if t := Of(db); t != nil {
+		t.Enqueue(check, sql, args...)
+		return nil
+	}
+	_, err := db.Exec(ctx, sql, args...)
+	if err != nil && check != nil {
+		return check(err)
+	}
+	return err
+}
+
+// Enqueue queues sql to travel with the next statement (see the package
+// function of the same name).
+func (t *Tx) Enqueue(check Check, sql string, args ...any) {
+	t.queue = append(t.queue, queued{sql: sql, args: args, check: check})
+}
+
+// Err is the first failure of a queued statement, nil while there is none.
+func (t *Tx) Err() error { return t.err }
+
+// send sends BEGIN (when not sent yet), the queue and then extra in one
+// batch, runs the queue's checks and returns the batch, positioned at
+// extra's first result. Unless it fails, the caller closes it.
+func (t *Tx) send(ctx context.Context, extra ...*pgx.QueuedQuery) (pgx.BatchResults, error) {
+	if t.done {
+		return nil, pgx.ErrTxClosed
+	}
+	if t.err != nil {
+		return nil, t.err
+	}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(t.queue)+len(extra)+1)}
+	begin := !t.begun
+	if begin {
+		b.Queue("BEGIN")
+	}
+	items := t.queue
+	t.queue = nil
+	t.sent += len(items)
+	for _, q := range items {
+		b.Queue(q.sql, q.args...)
+	}
+	b.QueuedQueries = append(b.QueuedQueries, extra...)
+	br := t.conn.SendBatch(ctx, b)
+	t.begun = true
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("begin: %w", err)
+		}
+	}
+	for _, q := range items {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			if q.check != nil {
+				err = q.check(err)
+			}
+			t.err = err
+			return nil, err
+		}
+	}
+	return br, nil
+}
+
+// one is sql as a batch's statement.
+func one(sql string, args []any) *pgx.QueuedQuery {
+	return &pgx.QueuedQuery{SQL: sql, Arguments: args}
+}
+
+// Flush sends BEGIN (when not sent yet) and the queue, alone.
+func (t *Tx) Flush(ctx context.Context) error {
+	if t.err != nil || t.done || (t.begun && len(t.queue) == 0) {
+		return t.err
+	}
+	br, err := t.send(ctx)
+	if err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// direct reports whether sql goes on the connection as it is: nothing waits
+// to be sent, or it cannot go in a batch — several statements in one string
+// (the extended protocol of a batch refuses them) or a QueryExecMode
+// argument (a batch ignores it). What waits is flushed first.
+func (t *Tx) direct(ctx context.Context, sql string, args []any) (bool, error) {
+	if t.done {
+		return true, pgx.ErrTxClosed
+	}
+	if t.begun && len(t.queue) == 0 {
+		return true, t.err
+	}
+	alone := strings.Contains(strings.TrimRight(sql, "; \t\r\n"), ";")
+	if len(args) > 0 {
+		if _, ok := args[0].(pgx.QueryExecMode); ok {
+			alone = true
+		}
+	}
+	if !alone {
+		return false, nil
+	}
+	return true, t.Flush(ctx)
+}
+
+// Exec carries BEGIN and the queue with sql.
+func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if direct, err := t.direct(ctx, sql, args); err != nil {
+		return pgconn.CommandTag{}, err
+	} else if direct {
+		return t.conn.Exec(ctx, sql, args...)
+	}
+	br, err := t.send(ctx, one(sql, args))
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// QueryRow carries BEGIN and the queue with sql.
+func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if direct, err := t.direct(ctx, sql, args); err != nil {
+		return batchtx.ErrRow(err)
+	} else if direct {
+		return t.conn.QueryRow(ctx, sql, args...)
+	}
+	br, err := t.send(ctx, one(sql, args))
+	if err != nil {
+		return batchtx.ErrRow(err)
+	}
+	return batchRow{row: br.QueryRow(), br: br}
+}
+
+// Query carries BEGIN and the queue with sql.
+func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if direct, err := t.direct(ctx, sql, args); err != nil {
+		return nil, err
+	} else if direct {
+		return t.conn.Query(ctx, sql, args...)
+	}
+	br, err := t.send(ctx, one(sql, args))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// SendBatch carries BEGIN and the queue in front of b's statements.
+func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if direct, err := t.direct(ctx, "", nil); err != nil {
+		return batchtx.ErrBatch(err)
+	} else if direct || b.Len() == 0 {
+		if err := t.Flush(ctx); err != nil {
+			return batchtx.ErrBatch(err)
+		}
+		return t.conn.SendBatch(ctx, b)
+	}
+	br, err := t.send(ctx, b.QueuedQueries...)
+	if err != nil {
+		return batchtx.ErrBatch(err)
+	}
+	return br
+}
+
+// CopyFrom sends what waits first.
+func (t *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.flushOpen(ctx); err != nil {
+		return 0, err
+	}
+	return t.conn.CopyFrom(ctx, table, columns, src)
+}
+
+// Prepare sends what waits first.
+func (t *Tx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.flushOpen(ctx); err != nil {
+		return nil, err
+	}
+	return t.conn.Prepare(ctx, name, sql)
+}
+
+// flushOpen is Flush on a transaction that has not ended.
+func (t *Tx) flushOpen(ctx context.Context) error {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	return t.Flush(ctx)
+}
+
+// LargeObjects sends what waits first; the large objects' statements run
+// in the transaction.
+func (t *Tx) LargeObjects() pgx.LargeObjects {
+	ctx := context.Background()
+	_ = t.flushOpen(ctx)
+	// pgx builds LargeObjects only on its own transactions: one opened as a
+	// savepoint of this one serves, and ends with it.
+	inner, err := t.conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "SAVEPOINT " + t.savepointName()})
+	if err != nil {
+		return pgx.LargeObjects{}
+	}
+	return inner.LargeObjects()
+}
+
+// Conn is the connection, with BEGIN and the queue sent: what runs on it
+// directly is inside the transaction, after the queued statements. A
+// failure to send is kept (Err) and answered by the commit.
+func (t *Tx) Conn() *pgx.Conn {
+	if err := t.Flush(context.Background()); err != nil && t.err == nil {
+		t.err = err
+	}
+	return t.conn
+}
+
+// Begin opens a savepoint: SAVEPOINT is queued and travels with the next
+// statement.
+func (t *Tx) Begin(_ context.Context) (pgx.Tx, error) {
+	if t.done {
+		return nil, pgx.ErrTxClosed
+	}
+	name := t.savepointName()
+	t.Enqueue(nil, "SAVEPOINT "+name)
+	return &savepoint{Tx: t, name: name, seq: t.sent + len(t.queue) - 1}, nil
+}
+
+func (t *Tx) savepointName() string {
+	t.nextSP++
+	return fmt.Sprintf("kumiko_sp_%d", t.nextSP)
+}
+
+// Commit sends the queue and COMMIT in one batch. A transaction that sent
+// nothing and has nothing queued ends without a round trip. A queued
+// statement's failure, kept or found now, is the answer, and nothing
+// commits.
+func (t *Tx) Commit(ctx context.Context) error {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	if t.err != nil {
+		_ = t.Rollback(ctx)
+		return t.err
+	}
+	if !t.begun && len(t.queue) == 0 {
+		t.end()
+		return nil
+	}
+	br, err := t.send(ctx, one("COMMIT", nil))
+	if err != nil {
+		_ = t.Rollback(ctx)
+		return err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil {
+		_ = t.Rollback(ctx)
+		return err
+	}
+	t.end()
+	return nil
+}
+
+// Rollback drops the queue and rolls back what was sent. After Commit it
+// answers pgx.ErrTxClosed and does nothing.
+func (t *Tx) Rollback(ctx context.Context) error {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	t.queue = nil
+	var err error
+	if t.begun && t.conn.PgConn().TxStatus() != 'I' {
+		_, err = t.conn.Exec(ctx, "ROLLBACK")
+	}
+	t.end()
+	return err
+}
+
+// end marks the transaction ended and hands the connection back. A
+// connection still in a transaction (a failed rollback) is closed rather
+// than reused.
+func (t *Tx) end() {
+	t.done = true
+	if t.conn.PgConn().TxStatus() != 'I' {
+		_ = t.conn.Close(context.Background())
+	}
+	if t.release != nil {
+		t.release()
+	}
+}
+
+// savepoint is a savepoint of a Tx: statements go through the Tx; Commit
+// releases it, Rollback rolls back to it.
+type savepoint struct {
+	*Tx
+	name string
+	seq  int // the SAVEPOINT statement's place among all queued ones
+	done bool
+}
+
+func (s *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
+	if s.done {
+		return nil, pgx.ErrTxClosed
+	}
+	return s.Tx.Begin(ctx)
+}
+
+// Commit queues RELEASE SAVEPOINT.
+func (s *savepoint) Commit(_ context.Context) error {
+	if s.done {
+		return pgx.ErrTxClosed
+	}
+	s.done = true
+	s.Enqueue(nil, "RELEASE SAVEPOINT "+s.name)
+	return nil
+}
+
+// Rollback undoes what ran since the savepoint: statements still queued
+// after it are dropped; when SAVEPOINT itself was not sent yet, nothing
+// needs to be.
+func (s *savepoint) Rollback(ctx context.Context) error {
+	if s.done {
+		return pgx.ErrTxClosed
+	}
+	s.done = true
+	if s.Tx.done {
+		return pgx.ErrTxClosed
+	}
+	if i := s.seq - s.sent; i >= 0 {
+		s.queue = s.queue[:i]
+		return nil
+	}
+	s.queue = nil
+	_, err := s.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+s.name)
+	return err
+}
+
+// batchRow is the row of a statement sent in a batch: Scan also closes the
+// batch.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		return cerr
+	}
+	return err
+}
+
+// batchRows are the rows of a statement sent in a batch: the batch closes
+// with them (Close, or Next reaching the end).
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
