@@ -71,6 +71,14 @@ type Consumer struct {
 	// this cooldown, at most MaxRearms times in a row.
 	RearmAfter time.Duration
 	MaxRearms  int
+	// AsyncCommit lets a pass commit without waiting for its WAL flush
+	// (synchronous_commit off for the pass transaction). A database crash
+	// can then lose the last passes — their cursor moves and their writes
+	// together, never one without the other — and their events are
+	// delivered again. For consumers that keep nothing in the database,
+	// such as a feed to in-memory subscribers, it takes the pass's flush
+	// wait off every commit.
+	AsyncCommit bool
 }
 
 func (c Consumer) withDefaults() Consumer {

@@ -14,6 +14,7 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/roundtrips"
 	"github.com/kumiko-go/kumiko/kumikotest"
 )
 
@@ -167,4 +168,38 @@ func TestConsecutiveBatchReadsNoHorizon(t *testing.T) {
 	require.Equal(t, 2, res.Handled)
 	ids := seen(t, db, "direct")
 	require.Equal(t, []int64{after.ID - 1, after.ID}, ids[5:], "the late event first, nothing skipped")
+}
+
+// A delivering pass costs three round trips: BEGIN travels with the shard's
+// lock, the batch is read, and the state's save travels with COMMIT. With
+// AsyncCommit the pass's commit does not wait for its WAL flush.
+func TestPassRoundTrips(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	for _, async := range []bool{false, true} {
+		trips := &roundtrips.Recorder{}
+		c := consumer.Consumer{
+			Name: "trips-" + strconv.FormatBool(async), Delivery: feature.Shared, AsyncCommit: async,
+			Handle: func(context.Context, pgx.Tx, eventstore.Event) error { return nil },
+		}
+		e, err := consumer.New(tracedStore(t, db, trips), consumer.Config{InstanceID: "r1"}, c)
+		require.NoError(t, err)
+		require.NoError(t, e.Register(ctx))
+		appendN(t, db.Store, 3)
+		runPass(t, e, c.Name) // statements are prepared on a connection's first pass
+		appendN(t, db.Store, 3)
+		trips.Take()
+		res := runPass(t, e, c.Name)
+		require.Equal(t, 3, res.Handled)
+		got := trips.Take()
+		require.Len(t, got, 3, "round trips: %v", got)
+		require.Equal(t, "BEGIN", got[0][0])
+		require.Len(t, got[0], 2, "BEGIN and the lock")
+		save := []string{"UPDATE", "COMMIT"}
+		if async {
+			save = []string{"SET", "UPDATE", "COMMIT"}
+		}
+		require.Equal(t, save, got[2])
+	}
 }

@@ -5,11 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -17,56 +15,10 @@ import (
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/internal/roundtrips"
 	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
-
-// roundTrips counts what a pool sends to PostgreSQL: every statement sent
-// alone and every batch (one round trip each), with the statements of each
-// batch. The store's post-commit wake-up (pg_notify, coalesced across
-// writers) is left out: it is not on a request's path.
-type roundTrips struct {
-	mu      sync.Mutex
-	single  []string
-	batches [][]string
-	current []string
-}
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if !strings.Contains(d.SQL, "pg_notify") {
-		r.mu.Lock()
-		r.single = append(r.single, strings.Fields(d.SQL)[0])
-		r.mu.Unlock()
-	}
-	return ctx
-}
-
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.mu.Lock()
-	r.current = nil
-	r.mu.Unlock()
-	return ctx
-}
-
-func (r *roundTrips) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	r.mu.Lock()
-	r.current = append(r.current, strings.Fields(d.SQL)[0])
-	r.mu.Unlock()
-}
-
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {
-	r.mu.Lock()
-	r.batches = append(r.batches, r.current)
-	r.mu.Unlock()
-}
-
-func (r *roundTrips) reset() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.single, r.batches = nil, nil
-}
 
 // countingStore counts the calls of an idempotency store (a Redis round
 // trip each).
@@ -93,7 +45,9 @@ func (s *countingStore) Complete(ctx context.Context, k idempotency.Key, fp stri
 func TestKeyedCreateRoundTrips(t *testing.T) {
 	t.Parallel()
 	app := kumikotest.NewApp(t, []*feature.Feature{probe})
-	trips := &roundTrips{}
+	// The store's post-commit wake-up (pg_notify, coalesced across writers)
+	// is not on a request's path.
+	trips := &roundtrips.Recorder{Skip: func(sql string) bool { return strings.Contains(sql, "pg_notify") }}
 	cfg, err := pgxpool.ParseConfig(app.URL)
 	require.NoError(t, err)
 	cfg.MaxConns = 2
@@ -120,16 +74,12 @@ func TestKeyedCreateRoundTrips(t *testing.T) {
 	}
 	create("warm-up") // statement descriptions are cached per connection
 	create("warm-up-2")
-	trips.reset()
+	trips.Take()
 	idem.claims.Store(0)
 	idem.completes.Store(0)
 
 	create("counted")
-	trips.mu.Lock()
-	single, batches := trips.single, trips.batches
-	trips.mu.Unlock()
-	require.Empty(t, single, "statements sent alone; batches %v", batches)
-	require.Equal(t, [][]string{{"BEGIN", "INSERT", "INSERT"}, {"INSERT", "COMMIT"}}, batches,
+	require.Equal(t, [][]string{{"BEGIN", "INSERT", "INSERT"}, {"INSERT", "COMMIT"}}, trips.Take(),
 		"BEGIN and the key insert travel with the append, the row with COMMIT")
 
 	// The record is completed after the answer: a retry waits for it and
@@ -138,8 +88,5 @@ func TestKeyedCreateRoundTrips(t *testing.T) {
 	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"), r.String())
 	require.Equal(t, int64(2), idem.claims.Load())
 	require.Equal(t, int64(1), idem.completes.Load())
-	trips.mu.Lock()
-	defer trips.mu.Unlock()
-	require.Empty(t, trips.single)
-	require.Len(t, trips.batches, 2)
+	require.Empty(t, trips.Take())
 }

@@ -230,6 +230,10 @@ func (s *Server) EventsConsumer() consumer.Consumer {
 		Name:      EventsConsumerName,
 		Delivery:  feature.PerInstance,
 		StartFrom: feature.FromNow,
+		// The feed keeps nothing in the database: a cursor lost in a crash
+		// replays a few events: a hub ignores what it published, a resuming
+		// subscriber what it has.
+		AsyncCommit: true,
 		Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
 			if err := s.hub.publish(ev); err != nil {
 				// Cannot happen with a stored (valid JSON) payload; a

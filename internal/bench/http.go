@@ -118,6 +118,32 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 		}
 	}
 
+	// The same write served by hand: what any HTTP service doing this work
+	// costs, next to which the framework's own cost shows.
+	bearer := "Bearer " + randomHex(16)
+	hand, handURL, err := startHandService(ctx, bearer, func(ctx context.Context) error {
+		_, err := raw(ctx, 0)
+		return err
+	})
+	if err != nil {
+		return rows, err
+	}
+	defer hand.stop()
+	handPost := poster(handURL, bearer, []byte(`{"type":"`+handler+`","payload":`+createPayload+`}`))
+	for _, workers := range []int{1, 16} {
+		rs, err := b.compareLatency(ctx, pair{
+			name:    "HTTP create vs by hand (net/http, Redis SET NX, pgx), " + writers(workers),
+			unit:    "writes/s",
+			workers: workers,
+			fw:      post,
+			raw:     handPost,
+		}, "HTTP create vs by hand")
+		rows = append(rows, rs...)
+		if err != nil {
+			return rows, err
+		}
+	}
+
 	// The same write with every span recorded and handed to an exporter
 	// that drops it, next to the server without tracing.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discardSpans{}))
@@ -176,22 +202,27 @@ func (b *bench) startServer(ctx context.Context, reg *registry.Registry, schema 
 		stopServer(app)
 		return nil, nil, err
 	}
+	handler := registry.VerbCreate.HandlerName("bench_item")
+	body := []byte(`{"type":"` + handler + `","payload":` + createPayload + `}`)
+	return app, poster("http://"+app.Addr()+"/api/write", "Bearer "+token, body), nil
+}
+
+// poster returns the load generator's write: POST body to url with the
+// bearer token and a fresh Idempotency-Key, over a keep-alive client with a
+// connection per writer; only a fresh 200 counts.
+func poster(url, bearer string, body []byte) opFunc {
 	transport := &http.Transport{ // no proxy; keep-alive on; a connection per writer
 		MaxIdleConns:        16,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     time.Minute,
 	}
 	client := &http.Client{Transport: transport}
-	handler := registry.VerbCreate.HandlerName("bench_item")
-	writeURL := "http://" + app.Addr() + "/api/write"
-	body := []byte(`{"type":"` + handler + `","payload":` + createPayload + `}`)
-	bearer := "Bearer " + token
 	// Keys are unique per request and per run: a key of an earlier run still
 	// in Redis would be replayed instead of written.
 	keyPrefix := "bench-" + randomHex(8) + "-"
 	var keySeq atomic.Uint64
-	post := func(ctx context.Context, _ int) (int, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, writeURL, bytes.NewReader(body))
+	return func(ctx context.Context, _ int) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
 			return 0, err
 		}
@@ -211,7 +242,6 @@ func (b *bench) startServer(ctx context.Context, reg *registry.Registry, schema 
 		}
 		return 1, nil
 	}
-	return app, post, nil
 }
 
 // written checks that resp answers a fresh write (200, not a replay) and

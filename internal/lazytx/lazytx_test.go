@@ -3,8 +3,6 @@ package lazytx_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -12,63 +10,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/internal/lazytx"
+	"github.com/kumiko-go/kumiko/internal/roundtrips"
 	"github.com/kumiko-go/kumiko/kumikotest"
 )
 
-// sent records what a connection sends: one entry per round trip, the
-// first word of each statement in it.
-type sent struct {
-	mu    sync.Mutex
-	trips [][]string
-	batch []string
-}
-
-func (s *sent) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.trips = append(s.trips, []string{strings.ToUpper(strings.Fields(d.SQL)[0])})
-	return ctx
-}
-
-func (s *sent) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (s *sent) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.batch = nil
-	return ctx
-}
-
-func (s *sent) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.batch = append(s.batch, strings.ToUpper(strings.Fields(d.SQL)[0]))
-}
-
-func (s *sent) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.trips = append(s.trips, s.batch)
-}
-
-// take returns what was sent since the last call.
-func (s *sent) take() [][]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.trips
-	s.trips = nil
-	return t
-}
-
 // setup returns a pool on a fresh schema holding table q (n int primary
 // key), whose connections report what they send.
-func setup(t *testing.T) (*pgxpool.Pool, *sent) {
+func setup(t *testing.T) (*pgxpool.Pool, *roundtrips.Recorder) {
 	t.Helper()
 	db := kumikotest.NewDB(t)
 	db.Exec(t, `CREATE TABLE q (n int PRIMARY KEY)`)
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
-	s := &sent{}
+	s := &roundtrips.Recorder{}
 	cfg.ConnConfig.Tracer = s
 	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -80,7 +34,7 @@ func setup(t *testing.T) (*pgxpool.Pool, *sent) {
 // begin opens a Tx on a connection of pool, after warming the connection's
 // statement cache with the statements the tests send (a statement a
 // connection sees first is prepared in a round trip of its own).
-func begin(t *testing.T, pool *pgxpool.Pool, s *sent) *lazytx.Tx {
+func begin(t *testing.T, pool *pgxpool.Pool, s *roundtrips.Recorder) *lazytx.Tx {
 	t.Helper()
 	ctx := context.Background()
 	pc, err := pool.Acquire(ctx)
@@ -95,7 +49,7 @@ func begin(t *testing.T, pool *pgxpool.Pool, s *sent) *lazytx.Tx {
 	require.NoError(t, err)
 	rows.Close()
 	require.NoError(t, warm.Rollback(ctx))
-	s.take()
+	s.Take()
 	return lazytx.Begin(pc.Conn(), pc.Release)
 }
 
@@ -121,9 +75,9 @@ func TestRoundTrips(t *testing.T) {
 	require.Equal(t, 1, n, "the read comes after the queued insert")
 	tx.Enqueue(nil, `INSERT INTO q VALUES ($1)`, 2)
 	require.NoError(t, tx.Commit(ctx))
-	require.Equal(t, [][]string{{"BEGIN", "INSERT", "SELECT"}, {"INSERT", "COMMIT"}}, s.take())
+	require.Equal(t, [][]string{{"BEGIN", "INSERT", "SELECT"}, {"INSERT", "COMMIT"}}, s.Take())
 	require.Equal(t, 2, count(t, pool))
-	s.take()
+	s.Take()
 	require.Equal(t, int32(0), pool.Stat().AcquiredConns(), "the connection went back to the pool")
 
 	// A transaction that sent nothing ends without a round trip.
@@ -131,14 +85,14 @@ func TestRoundTrips(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	tx = begin(t, pool, s)
 	require.NoError(t, tx.Rollback(ctx))
-	require.Empty(t, s.take())
+	require.Empty(t, s.Take())
 
 	// An Exec carries; the commit then goes alone.
 	tx = begin(t, pool, s)
 	_, err := tx.Exec(ctx, `INSERT INTO q VALUES ($1)`, 3)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
-	require.Equal(t, [][]string{{"BEGIN", "INSERT"}, {"COMMIT"}}, s.take())
+	require.Equal(t, [][]string{{"BEGIN", "INSERT"}, {"COMMIT"}}, s.Take())
 	require.Equal(t, 3, count(t, pool))
 }
 
@@ -209,7 +163,7 @@ func TestQueryCarriesAndRollbackUndoes(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []int{1, 2}, got)
-	require.Equal(t, [][]string{{"BEGIN", "INSERT", "INSERT", "SELECT"}}, s.take())
+	require.Equal(t, [][]string{{"BEGIN", "INSERT", "INSERT", "SELECT"}}, s.Take())
 	_, err = tx.Exec(ctx, `INSERT INTO q VALUES ($1)`, 3)
 	require.NoError(t, err, "the batch of the rows is closed")
 	require.NoError(t, tx.Rollback(ctx))
@@ -229,7 +183,7 @@ func TestSavepoints(t *testing.T) {
 	require.NoError(t, err)
 	lazytx.Enqueue(ctx, sp, nil, `INSERT INTO q VALUES ($1)`, 1) //nolint:errcheck // queued: nil
 	require.NoError(t, sp.Rollback(ctx))
-	require.Empty(t, s.take(), "nothing was sent")
+	require.Empty(t, s.Take(), "nothing was sent")
 
 	_, err = tx.Exec(ctx, `INSERT INTO q VALUES ($1)`, 1)
 	require.NoError(t, err)
@@ -251,7 +205,7 @@ func TestSavepoints(t *testing.T) {
 		{"SAVEPOINT", "INSERT"}, {"ROLLBACK"},
 		{"SAVEPOINT", "INSERT"},
 		{"RELEASE", "COMMIT"},
-	}, s.take())
+	}, s.Take())
 	require.Equal(t, 2, count(t, pool))
 }
 
@@ -281,7 +235,7 @@ func TestWhatGoesAlone(t *testing.T) {
 	_, err = obj.Write([]byte("kumiko"))
 	require.NoError(t, err)
 	require.NoError(t, obj.Close())
-	require.Equal(t, [][]string{{"BEGIN", "INSERT"}, {"INSERT"}, {"INSERT"}}, s.take()[:3])
+	require.Equal(t, [][]string{{"BEGIN", "INSERT"}, {"INSERT"}, {"INSERT"}}, s.Take()[:3])
 	var n int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM q WHERE n > $1`, 0).Scan(&n))
 	require.Equal(t, 6, n)
