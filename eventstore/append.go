@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -167,8 +168,12 @@ func (s *Store) appendMany(ctx context.Context, q querier, tx pgx.Tx, a *batchAr
 		}
 		return ws, sp.Commit(ctx)
 	}
-	rows, err := q.Query(ctx, s.sql.appendMany, a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
-		a.types, a.eventVersions, a.payloads, a.metas, a.users, a.aggIDs, a.tenants, a.expected)
+	sql, args := s.sql.appendManyNew, []any{a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
+		a.types, a.eventVersions, a.payloads, a.metas, a.users}
+	if slices.ContainsFunc(a.expected, func(v int32) bool { return v > 0 }) {
+		sql, args = s.sql.appendMany, append(args, a.aggIDs, a.tenants, a.expected)
+	}
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -227,8 +232,23 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 	if len(batch) == 0 {
 		return nil, invalidf("empty batch")
 	}
-	a := &batchArgs{}
+	n := 0
+	for _, sa := range batch {
+		n += len(sa.Events)
+	}
+	a := &batchArgs{
+		aggIDs: make([][16]byte, 0, len(batch)), tenants: make([][16]byte, 0, len(batch)), expected: make([]int32, 0, len(batch)),
+		evAggIDs: make([][16]byte, 0, n), evTenants: make([][16]byte, 0, n),
+		evAggTypes: make([]string, 0, n), types: make([]string, 0, n), payloads: make([]string, 0, n),
+		metas: make([]string, 0, n), users: make([]string, 0, n),
+		versions: make([]int32, 0, n), eventVersions: make([]int32, 0, n),
+	}
 	seen := make(map[uuid.UUID]bool, len(batch))
+	// Events of one request mostly share their metadata: encoded once.
+	var (
+		lastMeta    *Metadata
+		lastEncoded string
+	)
 	for i, sa := range batch {
 		st := sa.Stream
 		if st.AggregateType == "" {
@@ -268,9 +288,12 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 			if err != nil {
 				return nil, &BatchError{i, fmt.Errorf("%w: event %s: %w", ErrInvalidEvent, ne.Type, err)}
 			}
-			meta, err := json.Marshal(ne.Metadata)
-			if err != nil {
-				return nil, &BatchError{i, fmt.Errorf("%w: event %s metadata: %w", ErrInvalidEvent, ne.Type, err)}
+			if lastMeta == nil || !sameMetadata(*lastMeta, ne.Metadata) {
+				meta, err := json.Marshal(ne.Metadata)
+				if err != nil {
+					return nil, &BatchError{i, fmt.Errorf("%w: event %s metadata: %w", ErrInvalidEvent, ne.Type, err)}
+				}
+				lastMeta, lastEncoded = &sa.Events[j].Metadata, string(meta)
 			}
 			a.evAggIDs = append(a.evAggIDs, id)
 			a.evAggTypes = append(a.evAggTypes, st.AggregateType)
@@ -279,11 +302,16 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 			a.types = append(a.types, ne.Type)
 			a.eventVersions = append(a.eventVersions, int32(max(ne.EventVersion, 1)))
 			a.payloads = append(a.payloads, string(payload))
-			a.metas = append(a.metas, string(meta))
+			a.metas = append(a.metas, lastEncoded)
 			a.users = append(a.users, ne.Metadata.UserID)
 		}
 	}
 	return a, nil
+}
+
+func sameMetadata(a, b Metadata) bool {
+	return a.UserID == b.UserID && a.RequestID == b.RequestID && a.CorrelationID == b.CorrelationID &&
+		a.CausationID == b.CausationID && a.IdempotencyKey == b.IdempotencyKey && maps.Equal(a.Headers, b.Headers)
 }
 
 // encodePayload returns the payload as JSON and refuses anything but an object.

@@ -326,3 +326,35 @@ func TestConflictsInTransactionsNeedNoSecondConnection(t *testing.T) {
 		require.Equal(t, 1, wins, "%d events per append", events)
 	}
 }
+
+// Events of one append keep their own metadata, whether it repeats the
+// event's before it (encoded once) or not; a batch of new streams and one
+// extending a stream both store every event as sent.
+func TestAppendKeepsEachEventsMetadata(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	s := db.Store
+	a := eventstore.Metadata{UserID: "u1", RequestID: "r1", Headers: map[string]string{"traceparent": "00-a"}}
+	b := eventstore.Metadata{UserID: "u1", RequestID: "r1", Headers: map[string]string{"traceparent": "00-b"}}
+	with := func(m eventstore.Metadata) eventstore.NewEvent {
+		e := ev("task.updated", `{}`)
+		e.Metadata = m
+		return e
+	}
+	sent := []eventstore.Metadata{a, a, b, {UserID: "u2"}, {UserID: "u2"}, a}
+	evs := make([]eventstore.NewEvent, len(sent))
+	for i, m := range sent {
+		evs[i] = with(m)
+	}
+	res, err := s.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "task"}, 0, evs...)
+	require.NoError(t, err)
+	_, err = s.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "task", AggregateID: res.AggregateID}, res.Version, evs...)
+	require.NoError(t, err)
+	loaded, err := s.Load(ctx, tenantA, res.AggregateID, eventstore.LoadOptions{})
+	require.NoError(t, err)
+	require.Len(t, loaded, 2*len(sent))
+	for i, e := range loaded {
+		require.Equal(t, sent[i%len(sent)], e.Metadata, "event %d", i+1)
+	}
+}
