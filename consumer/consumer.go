@@ -79,6 +79,12 @@ type Consumer struct {
 	// such as a feed to in-memory subscribers, it takes the pass's flush
 	// wait off every commit.
 	AsyncCommit bool
+	// MinPassInterval, when positive, lets a wake-up start a pass no sooner
+	// than this after the previous pass started: commits arriving meanwhile
+	// share one pass. It trades that much delivery latency for fewer passes
+	// under a steady stream of small commits; a backlog (a full batch) is
+	// still read without pause.
+	MinPassInterval time.Duration
 }
 
 func (c Consumer) withDefaults() Consumer {

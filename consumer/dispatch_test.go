@@ -397,3 +397,52 @@ func TestRegisterNeverRewinds(t *testing.T) {
 	require.Equal(t, cursor, db.Count(t, "SELECT last_processed_event_id FROM kumiko_event_consumers WHERE name = 'steady'"))
 	require.Equal(t, 1, db.Count(t, "SELECT count(*) FROM kumiko_event_consumers WHERE name = 'steady'"))
 }
+
+// With MinPassInterval, commits arriving within the interval after a pass
+// started share the next pass instead of waking one each; every event is
+// still delivered, in order.
+func TestMinPassIntervalCoalescesWakeUps(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	const interval = 250 * time.Millisecond
+	var (
+		mu     sync.Mutex
+		passes int
+		got    []int64
+	)
+	c := consumer.Consumer{
+		Name: "coalesced", Delivery: feature.Shared, MinPassInterval: interval,
+		HandleBatch: func(_ context.Context, _ pgx.Tx, evs []eventstore.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			passes++
+			for _, ev := range evs {
+				got = append(got, ev.ID)
+			}
+			return nil
+		},
+	}
+	// Only wake-ups start passes: the poll would not come during the test.
+	e, err := consumer.New(db.Store, consumer.Config{InstanceID: "c1", PollInterval: time.Hour}, c)
+	require.NoError(t, err)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+
+	start := time.Now()
+	var want []int64
+	for range 20 {
+		want = append(want, appendOne(t, db.Store).ID)
+	}
+	elapsed := time.Since(start)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(want)
+	}, 10*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, want, got)
+	// A pass at most per interval while the appends ran, and one after.
+	require.LessOrEqual(t, passes, int(elapsed/interval)+2, "%d passes for 20 commits in %s", passes, elapsed)
+}

@@ -285,9 +285,13 @@ func (e *Dispatcher) loop(ctx context.Context, c Consumer, w *waker) {
 		if !pending.IsZero() && pending.Before(since) {
 			since = pending
 		}
+		started := time.Now()
 		res, err := e.pass(ctx, c, instance, since)
 		pending = time.Time{}
-		if err != nil || res.More || res.waiting || res.Failed != nil {
+		if err != nil || res.More || res.waiting || res.Failed != nil || !res.Locked {
+			// Still undelivered as far as this process knows — also when
+			// the pass did not get to look (another transaction held the
+			// shard's row).
 			pending = since
 		}
 		wait := e.cfg.PollInterval
@@ -318,6 +322,14 @@ func (e *Dispatcher) loop(ctx context.Context, c Consumer, w *waker) {
 		select {
 		case <-ctx.Done():
 		case <-woken:
+			if rest := c.MinPassInterval - time.Since(started); rest > 0 {
+				pause := time.NewTimer(rest) // commits meanwhile share the next pass
+				select {
+				case <-ctx.Done():
+				case <-pause.C:
+				}
+				pause.Stop()
+			}
 		case <-timer.C:
 		}
 		timer.Stop()

@@ -221,6 +221,10 @@ func (h *sseHub) close() {
 	}
 }
 
+// feedPassInterval is the most often the /api/events feed's consumer passes
+// while writes keep coming: the most a frame waits for commits after it.
+const feedPassInterval = 10 * time.Millisecond
+
 // EventsConsumer is the per-instance consumer that feeds GET /api/events:
 // add it to the event dispatcher of the process that runs this server. Its
 // Handle passes each event to the connected clients and returns at once; it
@@ -234,6 +238,9 @@ func (s *Server) EventsConsumer() consumer.Consumer {
 		// replays a few events: a hub ignores what it published, a resuming
 		// subscriber what it has.
 		AsyncCommit: true,
+		// Under a steady stream of writes, one pass per 10 ms serves every
+		// subscriber: a pass per write would cost each write a pass.
+		MinPassInterval: feedPassInterval,
 		Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
 			if err := s.hub.publish(ev); err != nil {
 				// Cannot happen with a stored (valid JSON) payload; a
