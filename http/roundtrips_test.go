@@ -82,8 +82,11 @@ func TestKeyedCreateRoundTrips(t *testing.T) {
 	require.Equal(t, [][]string{{"BEGIN", "INSERT", "INSERT"}, {"INSERT", "COMMIT"}}, trips.Take(),
 		"BEGIN and the key insert travel with the append, the row with COMMIT")
 
-	// The record is completed after the answer: a retry waits for it and
-	// is replayed without touching PostgreSQL.
+	// The record is completed after the answer; once it is, a retry is
+	// replayed with one claim and without touching PostgreSQL. (A retry
+	// arriving before the completion waits for it, claiming again:
+	// TestIdempotencyRetryBeforeCompletion.)
+	require.NoError(t, s.WaitRecords(context.Background()))
 	r := doOn(t, srv, with(post("/api/write", alice, `{"type":"member.create","payload":{"email":"counted@example.com"}}`), "Idempotency-Key", "counted"))
 	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"), r.String())
 	require.Equal(t, int64(2), idem.claims.Load())
