@@ -113,28 +113,13 @@ func (e *Dispatcher) pass(ctx context.Context, c Consumer, instance string, sinc
 	return res, err
 }
 
-// inTx runs fn in a pass transaction that costs no round trip of its own:
-// BEGIN travels with the shard's lock, the state's save with COMMIT (see
-// lazytx). It commits when fn returns nil and rolls back otherwise.
-func (e *Dispatcher) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	pc, err := e.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	tx := lazytx.Begin(pc.Conn(), pc.Release)
-	defer func() { _ = tx.Rollback(ctx) }() // a no-op after the commit
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
 // errHandlerFailed aborts a pass run without savepoints.
 var errHandlerFailed = errors.New("handler failed")
 
 func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool, since time.Time) (PassResult, error) {
 	var res PassResult
-	err := e.inTx(ctx, func(tx pgx.Tx) error {
+	// BEGIN travels with the shard's lock, the state's save with COMMIT.
+	err := lazytx.Run(ctx, e.pool, func(tx *lazytx.Tx) error {
 		sh, ok, err := e.lockShard(ctx, tx, c, instance, &res)
 		if !ok {
 			return err
@@ -162,13 +147,13 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 			return nil // an idle pass writes nothing
 		}
 		if c.AsyncCommit {
-			lazytx.Of(tx).Enqueue(nil, `SET LOCAL synchronous_commit TO OFF`)
+			tx.Enqueue(nil, `SET LOCAL synchronous_commit TO OFF`)
 		}
-		// The state travels with the commit.
-		return lazytx.Enqueue(ctx, tx, func(err error) error {
+		tx.Enqueue(func(err error) error {
 			return fmt.Errorf("save %s/%s: %w", c.Name, instance, err)
 		}, e.sql.save, c.Name, instance, sh.cursor, sh.status, sh.attempts, sh.lastError,
 			sh.gapHorizon, sh.gapWriters, waiting, newGap, sh.expiredUpTo)
+		return nil
 	})
 	if err == nil {
 		e.metrics.delivered(c.Name, res.applied, since)

@@ -122,21 +122,13 @@ func (s *Store) Subscribe() (wake <-chan struct{}, cancel func()) { return s.not
 // writes); a transaction that sent nothing ends without one. Savepoints
 // (tx.Begin) are queued the same way.
 func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	pc, err := s.pool.Acquire(ctx)
+	w := &txWake{}
+	err := lazytx.Run(ctx, s.pool, func(tx *lazytx.Tx) error {
+		w.tx = tx
+		return fn(context.WithValue(ctx, txWakeKey{}, w), tx)
+	})
 	if err != nil {
-		return TranslateError(fmt.Errorf("begin: %w", err))
-	}
-	tx := lazytx.Begin(pc.Conn(), pc.Release)
-	// Rolls back when fn fails or panics (the panic goes on), so the
-	// connection goes back to the pool; a no-op after the commit.
-	defer func() { _ = tx.Rollback(ctx) }()
-	w := &txWake{tx: tx, conn: pc.Conn()}
-	ctx = context.WithValue(ctx, txWakeKey{}, w)
-	if err := fn(ctx, tx); err != nil {
 		return TranslateError(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return TranslateError(fmt.Errorf("commit: %w", err))
 	}
 	s.notifier.committed(ctx, w.maxID)
 	return nil
@@ -146,7 +138,6 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.
 // appended, so the notification can be sent after the commit.
 type txWake struct {
 	tx    *lazytx.Tx
-	conn  *pgx.Conn
 	maxID int64
 }
 
@@ -158,7 +149,7 @@ func (w *txWake) owns(tx pgx.Tx) bool {
 	if t := lazytx.Of(tx); t != nil {
 		return t == w.tx
 	}
-	return tx.Conn() == w.conn
+	return tx.Conn() == w.tx.Conn()
 }
 
 // announce arranges the wake-up for events appended in tx: after the commit

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumiko-go/kumiko/internal/batchtx"
 )
@@ -62,6 +63,25 @@ type queued struct {
 // to its pool).
 func Begin(conn *pgx.Conn, release func()) *Tx {
 	return &Tx{conn: conn, release: release}
+}
+
+// Run runs fn in a Tx on a connection of pool and commits it when fn
+// returns nil; it rolls back when fn fails or panics (the panic goes on),
+// and the connection goes back to the pool either way.
+func Run(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) error {
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	t := Begin(pc.Conn(), pc.Release)
+	defer func() { _ = t.Rollback(ctx) }() // a no-op after the commit
+	if err := fn(t); err != nil {
+		return err
+	}
+	if err := t.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // Of returns the Tx behind db (itself or one of its savepoints), nil when
