@@ -85,7 +85,16 @@ type Consumer struct {
 	// under a steady stream of small commits; a backlog (a full batch) is
 	// still read without pause.
 	MinPassInterval time.Duration
+	// Standby, when set, is asked whenever a commit wakes the consumer:
+	// while it reports true the wake-up starts no pass, and the consumer
+	// passes only at the dispatcher's poll interval — its cursor keeps
+	// following the log, at most that far behind, without a pass per
+	// commit. The /api/events feed stands by while no client listens.
+	Standby func() bool
 }
+
+// standingBy reports whether c stands by (see Consumer.Standby).
+func (c Consumer) standingBy() bool { return c.Standby != nil && c.Standby() }
 
 func (c Consumer) withDefaults() Consumer {
 	if c.MaxAttempts <= 0 {

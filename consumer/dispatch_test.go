@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,20 +335,8 @@ func TestBatchHandlersStartFromAndRearm(t *testing.T) {
 	ctx := context.Background()
 	old := appendOne(t, db.Store)
 
-	var (
-		mu      sync.Mutex
-		batches [][]int64
-	)
-	batch := consumer.Consumer{Name: "batched", Types: []string{"thing.made"}, HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
-		mu.Lock()
-		defer mu.Unlock()
-		var ids []int64
-		for _, ev := range evs {
-			ids = append(ids, ev.ID)
-		}
-		batches = append(batches, ids)
-		return nil
-	}}
+	batches := &batchLog{}
+	batch := consumer.Consumer{Name: "batched", Types: []string{"thing.made"}, HandleBatch: batches.handle}
 	late := recorder(t, db, "late_starter", feature.Shared)
 	late.StartFrom = feature.FromNow
 	failures := 0
@@ -356,7 +346,7 @@ func TestBatchHandlersStartFromAndRearm(t *testing.T) {
 
 	fresh := []eventstore.Event{appendOne(t, db.Store), appendOne(t, db.Store)}
 	kumikotest.CatchUp(t, e, "batched", "late_starter")
-	require.Equal(t, [][]int64{{old.ID, fresh[0].ID, fresh[1].ID}}, batches, "one call with the whole pass")
+	require.Equal(t, [][]int64{{old.ID, fresh[0].ID, fresh[1].ID}}, batches.get(), "one call with the whole pass")
 	require.Equal(t, []int64{fresh[0].ID, fresh[1].ID}, seen(t, db, "late_starter"), "nothing from before its registration")
 
 	for range 6 {
@@ -445,4 +435,73 @@ func TestMinPassIntervalCoalescesWakeUps(t *testing.T) {
 	require.Equal(t, want, got)
 	// A pass at most per interval while the appends ran, and one after.
 	require.LessOrEqual(t, passes, int(elapsed/interval)+2, "%d passes for 20 commits in %s", passes, elapsed)
+}
+
+// A consumer on standby is not woken by commits: it passes at the poll
+// interval and its cursor follows the log. Once off standby, the next
+// commit's wake-up starts a pass that delivers what the standby left.
+func TestStandbyIgnoresWakeUps(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	ctx := context.Background()
+	var standby atomic.Bool
+	standby.Store(true)
+	batches := &batchLog{}
+	// Only wake-ups could start passes: the poll would not come during the
+	// test.
+	woken := consumer.Consumer{Name: "standby", Delivery: feature.Shared, Standby: standby.Load, HandleBatch: batches.handle}
+	e, err := consumer.New(db.Store, consumer.Config{InstanceID: "c1", PollInterval: time.Hour}, woken)
+	require.NoError(t, err)
+	// The pass a start runs delivers what is there; then the loop waits.
+	zeroth := appendOne(t, db.Store).ID
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	require.Eventually(t, func() bool { return len(batches.get()) > 0 }, 10*time.Second, 10*time.Millisecond)
+
+	first := appendOne(t, db.Store).ID
+	// A pass woken by the commit would deliver it well within this.
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, [][]int64{{zeroth}}, batches.get(), "a commit woke a consumer on standby")
+	standby.Store(false)
+	second := appendOne(t, db.Store).ID
+	require.Eventually(t, func() bool { return len(batches.get()) > 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, [][]int64{{zeroth}, {first, second}}, batches.get())
+
+	// On standby for good, the poll's passes deliver everything.
+	polledBatches := &batchLog{}
+	polled := consumer.Consumer{Name: "polled", Delivery: feature.Shared, Standby: func() bool { return true }, HandleBatch: polledBatches.handle}
+	p, err := consumer.New(db.Store, consumer.Config{InstanceID: "c2", PollInterval: 20 * time.Millisecond}, polled)
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, p.Stop(context.Background())) })
+	has := func(id int64) func() bool {
+		return func() bool { return slices.Contains(slices.Concat(polledBatches.get()...), id) }
+	}
+	require.Eventually(t, has(second), 10*time.Second, 10*time.Millisecond) // the start's pass
+	third := appendOne(t, db.Store).ID
+	require.Eventually(t, has(third), 10*time.Second, 10*time.Millisecond, "a poll's pass delivers it")
+}
+
+// batchLog records the event ids of every batch a HandleBatch gets.
+type batchLog struct {
+	mu      sync.Mutex
+	batches [][]int64
+}
+
+func (b *batchLog) handle(_ context.Context, _ pgx.Tx, evs []eventstore.Event) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := make([]int64, 0, len(evs))
+	for _, ev := range evs {
+		ids = append(ids, ev.ID)
+	}
+	b.batches = append(b.batches, ids)
+	return nil
+}
+
+// get returns the batches so far.
+func (b *batchLog) get() [][]int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.batches)
 }

@@ -286,6 +286,9 @@ func (e *Dispatcher) loop(ctx context.Context, c Consumer, w *waker) {
 			since = pending
 		}
 		started := time.Now()
+		if c.standingBy() {
+			since = started // nobody waits for a consumer on standby
+		}
 		res, err := e.pass(ctx, c, instance, since)
 		pending = time.Time{}
 		if err != nil || res.More || res.waiting || res.Failed != nil || !res.Locked {
@@ -318,21 +321,36 @@ func (e *Dispatcher) loop(ctx context.Context, c Consumer, w *waker) {
 		if ceiling > 0 {
 			woken = nil // backing off: new events must not hurry the retry
 		}
-		timer := time.NewTimer(wait)
+		await(ctx, c, woken, wait, started)
+	}
+}
+
+// await returns when c's next pass is due: after wait, when ctx ends, or
+// when woken — unless c stands by — no sooner than MinPassInterval after
+// the pass that started at started.
+func await(ctx context.Context, c Consumer, woken <-chan struct{}, wait time.Duration, started time.Time) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-timer.C:
+			return
 		case <-woken:
+			if c.standingBy() {
+				continue // the poll's pass follows the log
+			}
 			if rest := c.MinPassInterval - time.Since(started); rest > 0 {
 				pause := time.NewTimer(rest) // commits meanwhile share the next pass
+				defer pause.Stop()
 				select {
 				case <-ctx.Done():
 				case <-pause.C:
 				}
-				pause.Stop()
 			}
-		case <-timer.C:
+			return
 		}
-		timer.Stop()
 	}
 }
 

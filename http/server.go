@@ -302,7 +302,7 @@ func NewServer(cfg Config, d *pipeline.Executor, store *eventstore.Store) (*Serv
 		cfg: cfg, d: d, store: store, log: cfg.Logger, metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName),
 		auth: newAuthenticator(cfg), routes: map[string]bool{},
 	}
-	s.hub.guard = newReadGuard(d.Registry())
+	s.hub.guard, s.hub.settled = newReadGuard(d.Registry()), s.settled
 	if s.openAPIDoc, err = OpenAPI(d.Registry(), cfg.Title); err != nil {
 		return nil, err
 	}

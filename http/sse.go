@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"net/http"
 	"strconv"
@@ -52,20 +53,23 @@ const (
 // sseHub fans the events of the live feed out to the connected clients of
 // GET /api/events. Publishing never blocks: each client has a bounded
 // buffer, and a client whose buffer is full is dropped (its stream ends; it
-// resumes with Last-Event-ID). The zero value is ready to use.
+// resumes with Last-Event-ID).
 type sseHub struct {
-	// guard hides the fields each client may not read; set before the
-	// first client subscribes.
+	// guard hides the fields each client may not read; settled reads the
+	// id up to which every event has settled (see eventstore.SettledTx).
+	// Both are set before the first client subscribes.
 	guard   readGuard
+	settled func(context.Context) (int64, error)
 	mu      sync.Mutex
 	clients map[*sseClient]struct{}
-	// last is the id of the newest event published; seen reports that
-	// there was one. The feed comes from a consumer of the event
-	// dispatcher, which delivers in id order and only once no lower id can
-	// still commit: every event with an id up to last has been published,
-	// and every later one will be.
+	// last is the hub's position: every event with an id up to it has
+	// settled — no lower id can still commit — and every event after it
+	// will be published. The feed comes from a consumer of the event
+	// dispatcher, which delivers in id order and only settled events. It
+	// stands by while the hub has no client; the first client moves last
+	// up to the settled end of the log, and the events the feed brings up
+	// to it are dropped.
 	last   int64
-	seen   bool
 	closed bool
 }
 
@@ -125,29 +129,49 @@ var errStreamsClosed = errors.New("event streams are closed")
 
 // subscribe adds a client of tenant for types (nil: all) and returns it with
 // the hub's position: every event after it reaches the client (unless it is
-// dropped), none before it does.
-func (h *sseHub) subscribe(user feature.User, types *typeFilter) (cl *sseClient, last int64, seen bool, err error) {
-	return h.add(&sseClient{tenant: user.TenantID, user: user, types: types})
+// dropped), none before it does, and every event up to it has settled.
+func (h *sseHub) subscribe(ctx context.Context, user feature.User, types *typeFilter) (cl *sseClient, position int64, err error) {
+	return h.add(ctx, &sseClient{tenant: user.TenantID, user: user, types: types})
 }
 
 // subscribeEvents is subscribe for a client that takes the events of its
 // tenant that accept selects, unrendered.
-func (h *sseHub) subscribeEvents(user feature.User, accept func(eventstore.Event) bool) (cl *sseClient, last int64, seen bool, err error) {
-	return h.add(&sseClient{tenant: user.TenantID, user: user, accept: accept})
+func (h *sseHub) subscribeEvents(ctx context.Context, user feature.User, accept func(eventstore.Event) bool) (cl *sseClient, position int64, err error) {
+	return h.add(ctx, &sseClient{tenant: user.TenantID, user: user, accept: accept})
 }
 
-func (h *sseHub) add(cl *sseClient) (_ *sseClient, last int64, seen bool, err error) {
+// add adds cl. A client of a hub without clients reads where the log has
+// settled first: the feed stood by, so the hub's position is behind.
+func (h *sseHub) add(ctx context.Context, cl *sseClient) (_ *sseClient, position int64, err error) {
+	settled, err := int64(0), error(nil)
+	if h.idle() {
+		if settled, err = h.settled(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil, 0, false, errStreamsClosed
+		return nil, 0, errStreamsClosed
+	}
+	if len(h.clients) == 0 {
+		// Nobody misses the events up to settled that the feed has yet to
+		// bring; with a client already there, last is current.
+		h.last = max(h.last, settled)
 	}
 	if h.clients == nil {
 		h.clients = map[*sseClient]struct{}{}
 	}
 	cl.frames, cl.gone = make(chan sseFrame, sseClientBuffer), make(chan struct{})
 	h.clients[cl] = struct{}{}
-	return cl, h.last, h.seen, nil
+	return cl, h.last, nil
+}
+
+// idle reports whether the hub has no client: its feed stands by.
+func (h *sseHub) idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.clients) == 0
 }
 
 // unsubscribe removes cl if the hub still holds it.
@@ -173,10 +197,10 @@ func (h *sseHub) drop(cl *sseClient, reason string) {
 func (h *sseHub) publish(ev eventstore.Event) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.seen && ev.ID <= h.last {
+	if ev.ID <= h.last {
 		return nil
 	}
-	h.last, h.seen = ev.ID, true
+	h.last = ev.ID
 	frames := map[string]sseFrame{} // by the fields hidden from the client
 	for cl := range h.clients {
 		if !cl.wants(ev) {
@@ -228,7 +252,9 @@ const feedPassInterval = 10 * time.Millisecond
 // EventsConsumer is the per-instance consumer that feeds GET /api/events:
 // add it to the event dispatcher of the process that runs this server. Its
 // Handle passes each event to the connected clients and returns at once; it
-// never fails and never waits for a client.
+// never fails and never waits for a client. While no client is connected it
+// stands by (consumer.Consumer.Standby): it passes at the dispatcher's poll
+// interval instead of on every commit.
 func (s *Server) EventsConsumer() consumer.Consumer {
 	return consumer.Consumer{
 		Name:      EventsConsumerName,
@@ -241,6 +267,10 @@ func (s *Server) EventsConsumer() consumer.Consumer {
 		// Under a steady stream of writes, one pass per 10 ms serves every
 		// subscriber: a pass per write would cost each write a pass.
 		MinPassInterval: feedPassInterval,
+		// With nobody listening, following the log once per poll keeps
+		// the cursor near its end; the first client then starts from
+		// where the log has settled (see sseHub.add).
+		Standby: s.hub.idle,
 		Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
 			if err := s.hub.publish(ev); err != nil {
 				// Cannot happen with a stored (valid JSON) payload; a
@@ -326,10 +356,7 @@ var (
 // The switch-over has no gap and no duplicate: the client subscribes to the
 // live feed before the replay, at the hub's position P. Everything up to P
 // has settled (no lower id can still commit), so the replay reads the store
-// up to P and the feed brings everything after. Before the feed has brought
-// its first event P is unknown: the replay then reads the store to its end,
-// and live events it already sent are dropped by id (both run in id order);
-// a late commit racing that first replay may then come after a higher id.
+// up to P and the feed brings everything after.
 //
 // The stream ends when the caller's token expires, with a last
 // `event: token_expired` frame: the client reconnects with a fresh token
@@ -343,9 +370,11 @@ func (s *Server) events(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, position, positioned, err := s.hub.subscribe(u, req.filter)
+	cl, position, err := s.subscribe(c, func(ctx context.Context) (*sseClient, int64, error) {
+		return s.hub.subscribe(ctx, u, req.filter)
+	})
 	if err != nil {
-		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
+		return err
 	}
 	defer s.hub.unsubscribe(cl)
 
@@ -375,14 +404,25 @@ func (s *Server) events(c echo.Context) error {
 		st.expired = t.C
 	}
 
-	var sent []int64
 	if req.resume {
-		var done bool
-		if sent, done, err = s.replay(st, replay, req.after, position, positioned); done {
+		if done, err := s.replay(st, replay, req.after, position); done {
 			return err
 		}
 	}
-	return s.live(st, req, sent)
+	return s.live(st, req)
+}
+
+// subscribe runs sub, a subscription to the hub, and turns its failure into
+// the answer: 503 when the streams are closed or the database is out.
+func (s *Server) subscribe(c echo.Context, sub func(context.Context) (*sseClient, int64, error)) (*sseClient, int64, error) {
+	cl, position, err := sub(c.Request().Context())
+	switch {
+	case errors.Is(err, errStreamsClosed):
+		return nil, 0, newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
+	case err != nil:
+		return nil, 0, pipeline.AsError(err)
+	}
+	return cl, position, nil
 }
 
 // eventsRequest is what a GET /api/events asks for: the event types (a nil
@@ -458,50 +498,46 @@ type sseStream struct {
 	expired <-chan time.Time
 }
 
-// replay sends the stored events after the resume point, up to the hub's
-// position when it has one (the live feed brings the rest, in order). It
-// returns the ids it sent beyond that position, which the live feed
-// brings again; done means the stream is over and events returns err.
-func (s *Server) replay(st *sseStream, next func() (eventstore.Event, error, bool), after, position int64, positioned bool) (sent []int64, done bool, err error) {
+// replay sends the stored events after the resume point up to the hub's
+// position (the live feed brings the rest, in order); done means the stream
+// is over and events returns err.
+func (s *Server) replay(st *sseStream, next func() (eventstore.Event, error, bool), after, position int64) (done bool, err error) {
 	ctx := st.c.Request().Context()
 	for ev, err, ok := next(); ok; ev, err, ok = next() {
 		if err != nil {
 			if ctx.Err() == nil {
 				infoOf(st.c).log.Error("event stream: replay failed", "after", after, "err", err)
 			}
-			return nil, true, nil // the client resumes from what it got
+			return true, nil // the client resumes from what it got
 		}
-		if positioned && ev.ID > position {
+		if ev.ID > position {
 			break // the live feed brings the rest, in order
 		}
 		if !st.cl.types.match(ev.Type) {
 			continue
 		}
 		if err := st.w.write(renderFor(ev, s.hub.guard.hidden(ev.Type, st.cl.user))); err != nil {
-			return nil, true, nil
-		}
-		if !positioned {
-			sent = append(sent, ev.ID)
+			return true, nil
 		}
 		select {
 		case <-st.cl.gone:
-			return nil, true, s.streamEnded(st.c, st.cl)
+			return true, s.streamEnded(st.c, st.cl)
 		case <-st.expired:
-			return nil, true, st.w.end(tokenExpiredFrame)
+			return true, st.w.end(tokenExpiredFrame)
 		default:
 		}
 	}
 	if err := st.w.flush(); err != nil {
-		return nil, true, nil
+		return true, nil
 	}
-	return sent, false, nil
+	return false, nil
 }
 
-// live sends the hub's frames as they come, skipping those the client has
-// (up to its resume point, or sent by the replay), flushing once a burst
-// is written, and a heartbeat every SSEHeartbeat; it returns when the
-// client goes, the hub drops it or its token expires.
-func (s *Server) live(st *sseStream, req eventsRequest, sent []int64) error {
+// live sends the hub's frames as they come, skipping those up to the
+// client's resume point, flushing once a burst is written, and a heartbeat
+// every SSEHeartbeat; it returns when the client goes, the hub drops it or
+// its token expires.
+func (s *Server) live(st *sseStream, req eventsRequest) error {
 	ctx := st.c.Request().Context()
 	cl, w := st.cl, st.w
 	beat := time.NewTicker(s.cfg.SSEHeartbeat)
@@ -529,14 +565,7 @@ func (s *Server) live(st *sseStream, req eventsRequest, sent []int64) error {
 			}
 			dirty = false
 		case f := <-cl.frames:
-			for len(sent) > 0 && sent[0] < f.id {
-				sent = sent[1:]
-			}
-			switch {
-			case req.resume && f.id <= req.after: // the client had it already
-			case len(sent) > 0 && sent[0] == f.id: // replayed already
-				sent = sent[1:]
-			default:
+			if !req.resume || f.id > req.after { // else the client had it already
 				if err := w.writeRaw(f.raw); err != nil {
 					return nil
 				}
@@ -666,4 +695,23 @@ func sseResumePoint(c echo.Context) (after int64, resume bool, err error) {
 			registry.FieldError{Path: path, Code: "type", Message: "must be a non-negative integer"})
 	}
 	return after, true, nil
+}
+
+// settlePoll is how often the first client of the event streams looks
+// whether the transactions writing events when it came have ended.
+const settlePoll = 2 * time.Millisecond
+
+// settled reads the highest event id and waits until every lower id has
+// settled: the transactions that may still commit one have ended.
+func (s *Server) settled(ctx context.Context) (int64, error) {
+	var h eventstore.Horizon
+	err := pgx.BeginTxFunc(ctx, s.store.Pool(), pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		h, err = s.store.SettledTx(ctx, tx, settlePoll)
+		return err
+	})
+	if err != nil {
+		return 0, eventstore.TranslateError(fmt.Errorf("event streams: settled position: %w", err))
+	}
+	return h.LastID, nil
 }

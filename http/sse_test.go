@@ -80,9 +80,25 @@ func openStream(t *testing.T, srv *httptest.Server, path, tok string, header ...
 // openStreamWith is openStream with a client of the test's own, on url.
 func openStreamWith(t *testing.T, client *http.Client, url, tok string, header ...string) *sseStream {
 	t.Helper()
+	return streamOf(t, requestStream(client, url, tok, header...))
+}
+
+// streamOpening is what requestStream got: the response, or the error.
+type streamOpening struct {
+	res    *http.Response
+	cancel context.CancelFunc
+	err    error
+}
+
+// requestStream sends the request of a stream and waits for its answer's
+// headers; it may run on a goroutine of its own.
+func requestStream(client *http.Client, url, tok string, header ...string) streamOpening {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	require.NoError(t, err)
+	if err != nil {
+		cancel()
+		return streamOpening{err: err}
+	}
 	req.Header.Set("Accept", "text/event-stream")
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -90,11 +106,19 @@ func openStreamWith(t *testing.T, client *http.Client, url, tok string, header .
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	res, err := client.Do(req)
+	res, err := client.Do(req) //nolint:bodyclose // streamOf's cleanup closes it
 	if err != nil {
 		cancel()
-		require.NoError(t, err)
 	}
+	return streamOpening{res: res, cancel: cancel, err: err}
+}
+
+// streamOf is the stream of o; it fails the test unless o answered 200
+// text/event-stream.
+func streamOf(t *testing.T, o streamOpening) *sseStream {
+	t.Helper()
+	require.NoError(t, o.err)
+	res, cancel := o.res, o.cancel
 	s := &sseStream{t: t, res: res, frames: make(chan sseMsg), quit: make(chan struct{}), cancel: cancel}
 	t.Cleanup(func() {
 		s.stop()
@@ -532,6 +556,54 @@ func TestEventsResumeSwitchOver(t *testing.T) {
 	for _, s := range []*sseStream{s1, s2, s3} {
 		require.Equal(t, []string{"a9"}, s.titles(1))
 	}
+}
+
+// The feed stands by while no client listens, and the first client starts
+// where the log has settled: a stream with a resume point gets every event
+// once — also one whose transaction was open when the stream was asked
+// for — and one without gets nothing written before it opened.
+func TestEventsFirstClientAfterStandby(t *testing.T) {
+	t.Parallel()
+	e := newSSEEnv(t, 0)
+	ctx := context.Background()
+	// The poll would not come during the test: only wake-ups start passes.
+	d, err := consumer.New(e.app.Store, consumer.Config{InstanceID: "t", PollInterval: time.Hour}, e.s.EventsConsumer())
+	require.NoError(t, err)
+	start(t, d)
+	alice := token(t, "alice", tenantA, "User")
+	standby := e.s.EventsConsumer().Standby
+	require.True(t, standby(), "nobody listens")
+
+	e.create(alice, "before")
+	writer, err := e.app.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = writer.Rollback(context.Background()) })
+	_, err = e.app.Store.AppendTx(ctx, writer, eventstore.Stream{TenantID: tenantA, AggregateType: "task"}, 0,
+		eventstore.NewEvent{Type: "task.created", Payload: json.RawMessage(`{"title":"in flight"}`)})
+	require.NoError(t, err)
+
+	opening := make(chan streamOpening, 1)
+	go func() { opening <- requestStream(e.srv.Client(), e.srv.URL+"/api/events?after=0", alice) }()
+	select {
+	case o := <-opening:
+		if o.res != nil {
+			o.res.Body.Close()
+		}
+		t.Fatal("the first stream opened while a transaction writing an event was open")
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, writer.Commit(ctx))
+	resumed := streamOf(t, <-opening).read()
+	require.False(t, standby(), "a client listens")
+	live := openStream(t, e.srv, "/api/events", alice).read()
+
+	e.create(alice, "after")
+	require.Equal(t, []string{"before", "in flight", "after"}, resumed.titles(3))
+	require.Equal(t, []string{"after"}, live.titles(1), "nothing written before the stream opened")
+
+	resumed.close()
+	live.close()
+	require.Eventually(t, standby, sseWait, 5*time.Millisecond, "nobody listens again")
 }
 
 // Idle streams get a `: ping` comment every SSEHeartbeat.

@@ -63,9 +63,11 @@ func (s *Server) projectionEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, position, positioned, err := s.hub.subscribeEvents(u, feed.Changes)
+	cl, position, err := s.subscribe(c, func(ctx context.Context) (*sseClient, int64, error) {
+		return s.hub.subscribeEvents(ctx, u, feed.Changes)
+	})
 	if err != nil {
-		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
+		return err
 	}
 	defer s.hub.unsubscribe(cl)
 
@@ -74,29 +76,18 @@ func (s *Server) projectionEvents(c echo.Context) error {
 	// an outage is a 503, not an empty stream.
 	var first func() error
 	if resume && feed.Keyed() {
-		upTo := int64(0)
-		if positioned {
-			upTo = position
-		}
-		streams, err := rs.changedStreams(after, upTo)
+		streams, err := rs.changedStreams(after, position)
 		if err != nil {
 			return pipeline.AsError(err)
 		}
 		rs.last = after
 		first = func() error { return rs.sendStreams(streams) }
 	} else {
-		mark := position
-		if !positioned {
-			// Read before the rows: the rows reflect every event up to it.
-			if mark, err = feed.Head(rs.ctx, u.TenantID); err != nil {
-				return pipeline.AsError(err)
-			}
-		}
 		rows, err := feed.Rows(rs.ctx, u.TenantID, u)
 		if err != nil {
 			return pipeline.AsError(err)
 		}
-		first = func() error { return rs.sendSnapshot(rows, mark) }
+		first = func() error { return rs.sendSnapshot(rows, position) }
 	}
 
 	w := startStream(c)
@@ -136,15 +127,15 @@ type rowStream struct {
 	streams map[uuid.UUID]int64
 }
 
-// changedStreams reads the events after `after` (up to upTo, 0: to the
-// end) that may change the rows and returns each stream's newest one.
+// changedStreams reads the events after `after` up to upTo that may
+// change the rows and returns each stream's newest one.
 func (rs *rowStream) changedStreams(after, upTo int64) (map[uuid.UUID]int64, error) {
 	streams := map[uuid.UUID]int64{}
 	for ev, err := range rs.s.store.ReadAll(rs.ctx, after, rs.feed.Filter(rs.cl.tenant)) {
 		if err != nil {
 			return nil, err
 		}
-		if upTo > 0 && ev.ID > upTo {
+		if ev.ID > upTo {
 			break // the live feed brings the rest
 		}
 		if rs.feed.Changes(ev) {

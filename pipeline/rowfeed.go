@@ -225,18 +225,3 @@ func (f *RowFeed) visible(rows []map[string]any, u feature.User) []map[string]an
 	}
 	return rows
 }
-
-// Head is the id of the newest event of tenant that may change the rows (0
-// when there is none).
-func (f *RowFeed) Head(ctx context.Context, tenant uuid.UUID) (int64, error) {
-	var head int64
-	err := pgx.BeginTxFunc(ctx, f.d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var err error
-		head, err = f.d.store.HeadTx(ctx, tx, f.Filter(tenant))
-		return err
-	})
-	if err != nil {
-		return 0, eventstore.TranslateError(fmt.Errorf("projection %s: head: %w", f.name, err))
-	}
-	return head, nil
-}
