@@ -84,12 +84,16 @@ func (s *Store) appendBatch(ctx context.Context, q querier, tx pgx.Tx, batch []S
 	if len(a.versions) == 1 {
 		// One event: the common case, without arrays, scanning one row.
 		w := written{aggID: uuid.UUID(a.evAggIDs[0]), version: int(a.versions[0])}
+		appendNew, appendNext := s.sql.appendNewAlone, s.sql.appendNextAlone
+		if tx != nil {
+			appendNew, appendNext = s.sql.appendNew, s.sql.appendNext
+		}
 		var row pgx.Row
 		if w.version == 1 {
-			row = q.QueryRow(ctx, s.sql.appendNew, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0],
+			row = q.QueryRow(ctx, appendNew, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0],
 				a.types[0], a.eventVersions[0], a.payloads[0], a.metas[0], a.users[0])
 		} else {
-			row = q.QueryRow(ctx, s.sql.appendNext, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
+			row = q.QueryRow(ctx, appendNext, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
 				a.types[0], a.eventVersions[0], a.payloads[0], a.metas[0], a.users[0])
 		}
 		switch err := row.Scan(&w.id, &w.createdAt); {

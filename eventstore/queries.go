@@ -9,6 +9,7 @@ import (
 // queries holds every SQL statement of the store, qualified with its schema.
 type queries struct {
 	appendNew, appendNext, appendMany, appendManyNew string
+	appendNewAlone, appendNextAlone                  string
 	streamHead                                       string
 	load, readAll                                    string
 	loadSnapshot, loadAfterSnapshot, saveSnap        string
@@ -22,6 +23,24 @@ type queries struct {
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by`
+
+// The single-event appends (see queries.appendNew), in parts: the insert,
+// the conflict clause that keeps a caller's transaction usable after a lost
+// race, and what the append returns.
+const (
+	appendNew = `
+INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
+VALUES ($1, $2, $3, 1, $4, $5, $6::jsonb, $7::jsonb, $8)`
+	appendNext = `
+INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
+SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9
+WHERE EXISTS (SELECT 1 FROM {events} e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
+	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1)`
+	onConflict = `
+ON CONFLICT (aggregate_id, version) DO NOTHING`
+	returning = `
+RETURNING id, created_at`
+)
 
 func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
@@ -53,19 +72,14 @@ RETURNING id, aggregate_id, version, created_at`
 		// statements are separate so each keeps a cached generic plan. A lost
 		// race inserts nothing instead of raising, so the transaction stays
 		// usable and the loser's head is read in it.
-		appendNew: r.Replace(`
-INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
-VALUES ($1, $2, $3, 1, $4, $5, $6::jsonb, $7::jsonb, $8)
-ON CONFLICT (aggregate_id, version) DO NOTHING
-RETURNING id, created_at`),
-
-		appendNext: r.Replace(`
-INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
-SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9
-WHERE EXISTS (SELECT 1 FROM {events} e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
-	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1)
-ON CONFLICT (aggregate_id, version) DO NOTHING
-RETURNING id, created_at`),
+		appendNew:  r.Replace(appendNew + onConflict + returning),
+		appendNext: r.Replace(appendNext + onConflict + returning),
+		// The same for an append that is its own transaction: a lost race
+		// raises and ends it, which costs nothing there, and the insert
+		// skips the speculative insertion ON CONFLICT needs (an arbiter
+		// index probe and a second WAL record per event).
+		appendNewAlone:  r.Replace(appendNew + returning),
+		appendNextAlone: r.Replace(appendNext + returning),
 
 		// Many events of one or many streams, all or none.
 		appendMany: r.Replace(manyRows + `WHERE NOT EXISTS (
