@@ -143,7 +143,7 @@ func (h *sseHub) subscribeEvents(ctx context.Context, user feature.User, accept 
 // add adds cl. A client of a hub without clients reads where the log has
 // settled first: the feed stood by, so the hub's position is behind.
 func (h *sseHub) add(ctx context.Context, cl *sseClient) (_ *sseClient, position int64, err error) {
-	settled, err := int64(0), error(nil)
+	var settled int64
 	if h.idle() {
 		if settled, err = h.settled(ctx); err != nil {
 			return nil, 0, err
@@ -370,11 +370,9 @@ func (s *Server) events(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, position, err := s.subscribe(c, func(ctx context.Context) (*sseClient, int64, error) {
-		return s.hub.subscribe(ctx, u, req.filter)
-	})
+	cl, position, err := s.hub.subscribe(c.Request().Context(), u, req.filter)
 	if err != nil {
-		return err
+		return subscribeFailed(err)
 	}
 	defer s.hub.unsubscribe(cl)
 
@@ -412,17 +410,13 @@ func (s *Server) events(c echo.Context) error {
 	return s.live(st, req)
 }
 
-// subscribe runs sub, a subscription to the hub, and turns its failure into
-// the answer: 503 when the streams are closed or the database is out.
-func (s *Server) subscribe(c echo.Context, sub func(context.Context) (*sseClient, int64, error)) (*sseClient, int64, error) {
-	cl, position, err := sub(c.Request().Context())
-	switch {
-	case errors.Is(err, errStreamsClosed):
-		return nil, 0, newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
-	case err != nil:
-		return nil, 0, pipeline.AsError(err)
+// subscribeFailed is the answer to a subscription the hub refused: 503
+// when the streams are closed or the database is out.
+func subscribeFailed(err error) error {
+	if errors.Is(err, errStreamsClosed) {
+		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
 	}
-	return cl, position, nil
+	return pipeline.AsError(err)
 }
 
 // eventsRequest is what a GET /api/events asks for: the event types (a nil

@@ -63,11 +63,9 @@ func (s *Server) projectionEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, position, err := s.subscribe(c, func(ctx context.Context) (*sseClient, int64, error) {
-		return s.hub.subscribeEvents(ctx, u, feed.Changes)
-	})
+	cl, position, err := s.hub.subscribeEvents(c.Request().Context(), u, feed.Changes)
 	if err != nil {
-		return err
+		return subscribeFailed(err)
 	}
 	defer s.hub.unsubscribe(cl)
 
