@@ -303,15 +303,35 @@ func (r *rebuild) settled(ctx context.Context, tx pgx.Tx) (eventstore.Horizon, e
 
 // replay applies the events after the cursor up to upTo (settled) to the
 // shadow table, a batch per transaction, recording the progress with each.
+// The next chunk is read while one applies (the events up to upTo are
+// settled: every snapshot reads the same ones), so the reading and decoding
+// overlap PostgreSQL's work on the chunk before.
 func (r *rebuild) replay(ctx context.Context, upTo int64) error {
+	var next *chunkRead
+	if r.cursor < upTo {
+		next = r.readAhead(ctx, r.cursor, upTo)
+	}
+	defer func() { _, _ = next.wait() }()
 	for r.cursor < upTo {
+		evs, err := next.wait()
+		if err != nil {
+			return err
+		}
+		end := upTo
+		if len(evs) == r.opts.BatchSize {
+			end = evs[len(evs)-1].ID
+		}
+		next = nil
+		if end < upTo {
+			next = r.readAhead(ctx, end, upTo)
+		}
 		applied, quarantined := r.res.Applied, r.res.Quarantined
-		err := r.replayChunk(ctx, upTo, r.batches())
+		err = r.replayChunk(ctx, evs, end, r.batches())
 		if err != nil && r.batches() && ctx.Err() == nil {
 			// A batched chunk failed somewhere: run it again event by event
 			// to name the failing event (or quarantine it).
 			r.res.Applied, r.res.Quarantined = applied, quarantined
-			err = r.replayChunk(ctx, upTo, false)
+			err = r.replayChunk(ctx, evs, end, false)
 		}
 		if err != nil {
 			return err
@@ -323,50 +343,95 @@ func (r *rebuild) replay(ctx context.Context, upTo int64) error {
 	return nil
 }
 
+// chunkRead is a chunk's events being read on a connection of the pool.
+type chunkRead struct {
+	done chan struct{}
+	evs  []eventstore.Event
+	err  error
+}
+
+// readAhead starts reading up to BatchSize events with after < id ≤ upTo
+// on another connection of the pool. A pool of one connection, which the
+// rebuild holds, gets the read done at once on the rebuild's own.
+func (r *rebuild) readAhead(ctx context.Context, after, upTo int64) *chunkRead {
+	c := &chunkRead{done: make(chan struct{})}
+	read := func(tx pgx.Tx) error {
+		var err error
+		c.evs, err = r.d.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
+		return err
+	}
+	if r.d.pool.Config().MaxConns < 2 {
+		c.err = pgx.BeginFunc(ctx, r.conn, read)
+		close(c.done)
+		return c
+	}
+	go func() {
+		defer close(c.done)
+		c.err = pgx.BeginTxFunc(ctx, r.d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, read)
+	}()
+	return c
+}
+
+// wait waits for the read to end (nil: nothing was started) and returns
+// its events.
+func (c *chunkRead) wait() ([]eventstore.Event, error) {
+	if c == nil {
+		return nil, nil
+	}
+	<-c.done
+	return c.evs, c.err
+}
+
 // batches reports whether chunks are applied with their statements sent as
 // one batch: for inline projections outside quarantine mode.
 func (r *rebuild) batches() bool { return r.t.kind == ProjectionInline && !r.opts.Quarantine }
 
-// replayChunk applies one chunk in its own transaction and moves the cursor.
+// replayChunk applies one chunk's events in its own transaction and moves
+// the cursor to end, the id the shadow table is then complete up to.
 //
 // A chunk commits without waiting for its WAL flush: the shadow rows and the
 // progress that covers them are one transaction, so a crash loses both or
 // neither, and the rebuild resumes from the progress that survived. The
 // swap that publishes the shadow table commits synchronously.
-func (r *rebuild) replayChunk(ctx context.Context, upTo int64, batched bool) error {
+func (r *rebuild) replayChunk(ctx context.Context, evs []eventstore.Event, end int64, batched bool) error {
 	return pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlAsyncCommit); err != nil {
 			return err
 		}
-		next, err := r.applyBatch(ctx, tx, r.cursor, upTo, batched)
-		if err != nil {
+		if err := r.applyEvents(ctx, tx, evs, batched); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, r.d.sql.progress, r.t.name, next); err != nil {
+		if _, err := tx.Exec(ctx, r.d.sql.progress, r.t.name, end); err != nil {
 			return err
 		}
-		r.cursor = next
+		r.cursor = end
 		return nil
 	})
 }
 
-// applyBatch reads up to BatchSize events with after < id ≤ upTo and applies
-// the target's ones to the shadow table in tx; it returns the id the shadow
-// is complete up to.
-//
-// With batched, the apply functions' Exec statements are queued and sent in
-// one round trip at the end (see batchtx), which is what makes a replay
-// fast; an error then surfaces without naming its event.
-func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, batched bool) (int64, error) {
+// applyBatch reads up to BatchSize events with after < id ≤ upTo in tx and
+// applies them; it returns the id the shadow is complete up to.
+func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64) (int64, error) {
 	evs, err := r.d.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
 	if err != nil {
 		return 0, err
 	}
-	if len(evs) < r.opts.BatchSize {
-		after = upTo
-	} else {
-		after = evs[len(evs)-1].ID
+	if err := r.applyEvents(ctx, tx, evs, false); err != nil {
+		return 0, err
 	}
+	if len(evs) < r.opts.BatchSize {
+		return upTo, nil
+	}
+	return evs[len(evs)-1].ID, nil
+}
+
+// applyEvents applies the target's events among evs to the shadow table in
+// tx.
+//
+// With batched, the apply functions' Exec statements are queued and sent in
+// one round trip at the end (see batchtx), which is what makes a replay
+// fast; an error then surfaces without naming its event.
+func (r *rebuild) applyEvents(ctx context.Context, tx pgx.Tx, evs []eventstore.Event, batched bool) error {
 	if batched {
 		db := batchtx.New(tx)
 		for _, ev := range evs {
@@ -374,11 +439,11 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, 
 				continue
 			}
 			if err := r.apply(ctx, db, tx, ev); err != nil {
-				return 0, err
+				return err
 			}
 			r.res.Applied++
 		}
-		return after, db.Flush(ctx)
+		return db.Flush(ctx)
 	}
 	for _, ev := range evs {
 		if !r.t.wants(ev) {
@@ -386,7 +451,7 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, 
 		}
 		if !r.opts.Quarantine {
 			if err := r.apply(ctx, tx, tx, ev); err != nil {
-				return 0, err
+				return err
 			}
 			r.res.Applied++
 			continue
@@ -397,15 +462,15 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64, 
 			continue
 		}
 		if ctx.Err() != nil {
-			return 0, err
+			return err
 		}
 		if _, qerr := tx.Exec(ctx, r.d.sql.quarantine,
 			r.t.name, ev.ID, author.Storable(err.Error(), 2000)); qerr != nil {
-			return 0, errors.Join(err, qerr)
+			return errors.Join(err, qerr)
 		}
 		r.res.Quarantined++
 	}
-	return after, nil
+	return nil
 }
 
 // apply runs the projection's apply function for ev against the shadow; an
@@ -478,7 +543,7 @@ func (r *rebuild) catchUpInline(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	for {
-		next, err := r.applyBatch(ctx, tx, r.cursor, math.MaxInt64, false)
+		next, err := r.applyBatch(ctx, tx, r.cursor, math.MaxInt64)
 		if err != nil {
 			return err
 		}
@@ -509,7 +574,7 @@ func (r *rebuild) catchUpMSP(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	for r.cursor < h.LastID {
-		if r.cursor, err = r.applyBatch(ctx, tx, r.cursor, h.LastID, false); err != nil {
+		if r.cursor, err = r.applyBatch(ctx, tx, r.cursor, h.LastID); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/samples/tasks"
 )
 
 // monthRows reads tasks_by_month, or what a fresh fold of the stored task
@@ -159,6 +161,25 @@ func TestRebuildProjectionUnderLoad(t *testing.T) {
 	require.Equal(t, monthRows(t, app, true), monthRows(t, app, false))
 	require.NoError(t, app.Executor.EnsureSchema(ctx))
 	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'tasks_by_month'"))
+}
+
+// A rebuild reads each chunk on a second connection of the pool while the
+// chunk before applies. On a pool of one connection, which the rebuild
+// holds, it reads on that one instead, and completes.
+func TestRebuildOnAPoolOfOneConnection(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature}, kumikotest.MaxConns(1))
+	for i := range 7 {
+		write(t, app, alice, "task.create", fmt.Sprintf(`{"title":"t%d"}`, i))
+	}
+	app.Exec(t, "UPDATE tasks_by_month SET created = created + 1000")
+
+	bounded, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	res, err := app.Executor.RebuildProjection(bounded, "tasks_by_month", pipeline.RebuildOptions{BatchSize: 2})
+	require.NoError(t, err)
+	require.EqualValues(t, 7, res.Applied)
+	require.Equal(t, monthRows(t, app, true), monthRows(t, app, false))
 }
 
 // A failing apply fails the rebuild: the live table is untouched, the
