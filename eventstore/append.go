@@ -115,20 +115,13 @@ func (s *Store) appendBatch(ctx context.Context, q querier, tx pgx.Tx, batch []S
 	if len(ws) != len(a.versions) {
 		return nil, fmt.Errorf("append: wrote %d events, expected %d", len(ws), len(a.versions))
 	}
-	type key struct {
-		id      uuid.UUID
-		version int
-	}
-	byKey := make(map[key]written, len(ws))
-	for _, w := range ws {
-		byKey[key{w.aggID, w.version}] = w
-	}
+	ws = inEventOrder(ws, a)
 	out := make([]AppendResult, len(batch))
 	k := 0
 	for i, sa := range batch {
 		r := AppendResult{AggregateID: uuid.UUID(a.aggIDs[i]), Events: make([]Event, len(sa.Events))}
 		for j, ne := range sa.Events {
-			w := byKey[key{r.AggregateID, int(a.versions[k])}]
+			w := ws[k]
 			r.Events[j] = Event{
 				ID: w.id, AggregateID: r.AggregateID, AggregateType: sa.Stream.AggregateType, TenantID: sa.Stream.TenantID,
 				Version: w.version, Type: ne.Type, EventVersion: int(a.eventVersions[k]),
@@ -142,6 +135,35 @@ func (s *Store) appendBatch(ctx context.Context, q querier, tx pgx.Tx, batch []S
 		out[i] = r
 	}
 	return out, nil
+}
+
+// inEventOrder returns ws, the rows the statement returned, in the order of
+// a's events. They come in that order (the insert is ORDER BY ord); should
+// they not, they are matched by stream and version.
+func inEventOrder(ws []written, a *batchArgs) []written {
+	ordered := true
+	for k, w := range ws {
+		if w.aggID != a.evAggIDs[k] || w.version != int(a.versions[k]) {
+			ordered = false
+			break
+		}
+	}
+	if ordered {
+		return ws
+	}
+	type key struct {
+		id      uuid.UUID
+		version int
+	}
+	byKey := make(map[key]written, len(ws))
+	for _, w := range ws {
+		byKey[key{w.aggID, w.version}] = w
+	}
+	out := make([]written, len(ws))
+	for k := range out {
+		out[k] = byKey[key{a.evAggIDs[k], int(a.versions[k])}]
+	}
+	return out
 }
 
 // written is what the database assigned to one appended event.
@@ -227,9 +249,10 @@ type batchArgs struct {
 	aggIDs, tenants [][16]byte // [16]byte, not uuid.UUID: pgx encodes it without text round trips
 	expected        []int32
 
-	evAggIDs, evTenants                       [][16]byte
-	evAggTypes, types, payloads, metas, users []string
-	versions, eventVersions                   []int32
+	evAggIDs, evTenants             [][16]byte
+	evAggTypes, types, metas, users []string
+	payloads                        [][]byte // shared with the appended events
+	versions, eventVersions         []int32
 }
 
 func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
@@ -243,7 +266,7 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 	a := &batchArgs{
 		aggIDs: make([][16]byte, 0, len(batch)), tenants: make([][16]byte, 0, len(batch)), expected: make([]int32, 0, len(batch)),
 		evAggIDs: make([][16]byte, 0, n), evTenants: make([][16]byte, 0, n),
-		evAggTypes: make([]string, 0, n), types: make([]string, 0, n), payloads: make([]string, 0, n),
+		evAggTypes: make([]string, 0, n), types: make([]string, 0, n), payloads: make([][]byte, 0, n),
 		metas: make([]string, 0, n), users: make([]string, 0, n),
 		versions: make([]int32, 0, n), eventVersions: make([]int32, 0, n),
 	}
@@ -305,7 +328,7 @@ func encodeBatch(batch []StreamAppend) (*batchArgs, error) {
 			a.versions = append(a.versions, int32(sa.Expected+j+1))
 			a.types = append(a.types, ne.Type)
 			a.eventVersions = append(a.eventVersions, int32(max(ne.EventVersion, 1)))
-			a.payloads = append(a.payloads, string(payload))
+			a.payloads = append(a.payloads, payload)
 			a.metas = append(a.metas, lastEncoded)
 			a.users = append(a.users, ne.Metadata.UserID)
 		}
@@ -318,16 +341,20 @@ func sameMetadata(a, b Metadata) bool {
 		a.CausationID == b.CausationID && a.IdempotencyKey == b.IdempotencyKey && maps.Equal(a.Headers, b.Headers)
 }
 
-// encodePayload returns the payload as JSON and refuses anything but an object.
+// encodePayload returns the payload as JSON and refuses anything but an
+// object. The bytes are the store's own, never the caller's.
 func encodePayload(p any) ([]byte, error) {
-	var b []byte
+	var (
+		b      []byte
+		caller bool
+	)
 	switch v := p.(type) {
 	case nil:
 		return nil, errors.New("payload is missing")
 	case json.RawMessage:
-		b = v
+		b, caller = v, true
 	case []byte:
-		b = v
+		b, caller = v, true
 	default:
 		var err error
 		if b, err = json.Marshal(v); err != nil {
@@ -337,6 +364,9 @@ func encodePayload(p any) ([]byte, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
 		return nil, errors.New("payload is not a JSON object")
+	}
+	if caller {
+		b = bytes.Clone(b)
 	}
 	return b, nil
 }
