@@ -81,9 +81,19 @@ func (s *Server) projectionEvents(c echo.Context) error {
 		rs.last = after
 		first = func() error { return rs.sendStreams(streams) }
 	} else {
+		// A multi-stream projection may not have applied every event up
+		// to position yet: its snapshot is then followed by a diff once
+		// it has (the live loop waits for that as for any event).
+		applied, err := feed.Settled(rs.ctx)
+		if err != nil {
+			return pipeline.AsError(err)
+		}
 		rows, err := feed.Rows(rs.ctx, u.TenantID, u)
 		if err != nil {
 			return pipeline.AsError(err)
+		}
+		if applied < position {
+			rs.pending = position
 		}
 		first = func() error { return rs.sendSnapshot(rows, position) }
 	}
@@ -215,6 +225,9 @@ func (rs *rowStream) live() error {
 	beat := time.NewTicker(rs.s.cfg.SSEHeartbeat)
 	defer beat.Stop()
 	var wait *time.Timer // a multi-stream projection has not applied pending yet
+	if rs.pending != 0 {
+		wait = time.NewTimer(0) // the snapshot's own: checked at once
+	}
 	defer func() {
 		if wait != nil {
 			wait.Stop()

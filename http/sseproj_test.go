@@ -329,16 +329,25 @@ func maps(m map[string]map[string]any) map[string]map[string]any {
 	return out
 }
 
-// A multi-stream projection's frame comes only once its consumer has applied
-// the event: the live feed hands the event over at once, the channel waits
-// for the consumer's cursor, and then sends the row the query shows.
-func TestProjectionChannelWaitsForMultiStreamProjection(t *testing.T) {
-	t.Parallel()
+// newTallyPasses is a tally env with a heartbeat every 10 ms and a
+// dispatcher of its consumers (vote_log's and the live feed's) whose
+// passes the test runs.
+func newTallyPasses(t *testing.T) (*env, *consumer.Dispatcher) {
+	t.Helper()
 	e := newTallyEnv(t, 10*time.Millisecond)
 	d, err := consumer.New(e.app.Store, consumer.Config{InstanceID: "t", PollInterval: 20 * time.Millisecond},
 		append(e.app.Executor.Consumers(), e.s.EventsConsumer())...)
 	require.NoError(t, err)
 	require.NoError(t, d.Register(context.Background()))
+	return e, d
+}
+
+// A multi-stream projection's frame comes only once its consumer has applied
+// the event: the live feed hands the event over at once, the channel waits
+// for the consumer's cursor, and then sends the row the query shows.
+func TestProjectionChannelWaitsForMultiStreamProjection(t *testing.T) {
+	t.Parallel()
+	e, d := newTallyPasses(t)
 	auditor := token(t, "ada", tenantA, "User", "Auditor")
 
 	s := openStream(t, e.srv, "/api/projections/vote_log/events", auditor).read()
@@ -352,7 +361,7 @@ func TestProjectionChannelWaitsForMultiStreamProjection(t *testing.T) {
 	}
 	require.Zero(t, e.app.Count(t, "SELECT count(*) FROM vote_log"), "the projection has not applied it yet")
 
-	_, err = d.RunPass(context.Background(), "vote_log")
+	_, err := d.RunPass(context.Background(), "vote_log")
 	require.NoError(t, err)
 	m := nextFrame(t, s)
 	require.Equal(t, "upsert", m.event)
@@ -367,6 +376,33 @@ func TestProjectionChannelWaitsForMultiStreamProjection(t *testing.T) {
 	require.Equal(t, "delete", del.event)
 	require.Equal(t, map[string]any{"voteId": id}, del.obj(t))
 	require.Greater(t, del.eventID(t), m.eventID(t))
+}
+
+// A snapshot taken before a multi-stream projection applied the events up
+// to its mark is followed, once the projection has, by the rows those
+// events changed: the live feed does not bring those events again.
+func TestProjectionChannelSnapshotBehindMultiStreamProjection(t *testing.T) {
+	t.Parallel()
+	e, d := newTallyPasses(t)
+	auditor := token(t, "ada", tenantA, "User", "Auditor")
+
+	id := vote(t, e, auditor, "red")
+	// The first stream starts where the log has settled: after the vote,
+	// which vote_log has not applied.
+	s := openStream(t, e.srv, "/api/projections/vote_log/events", auditor).read()
+	reset := s.nextEvent()
+	require.Equal(t, "reset", reset.event)
+	require.Positive(t, reset.eventID(t), "the snapshot's mark covers the vote")
+	for range 3 {
+		require.True(t, s.next().isComment, "nothing but heartbeats while the projection has not applied the vote")
+	}
+
+	_, err := d.RunPass(context.Background(), "vote_log")
+	require.NoError(t, err)
+	m := nextFrame(t, s)
+	require.Equal(t, "upsert", m.event)
+	require.Equal(t, map[string]any{"voteId": id, "choice": "red"}, m.obj(t))
+	require.Equal(t, reset.eventID(t), m.eventID(t))
 }
 
 // nextFrame is the next frame but heartbeats, failing the test when none
