@@ -211,20 +211,26 @@ func TestDeliveryMetricCountsTheGapWait(t *testing.T) {
 	require.NoError(t, writer.Commit(ctx))
 	require.Eventually(t, func() bool { return len(seen(t, db, "timed")) == 2 }, 10*time.Second, 5*time.Millisecond)
 
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	var slow uint64 // observations above held
-	for _, mf := range mfs {
-		if mf.GetName() != "kumiko_event_consumer_delivery_seconds" {
-			continue
-		}
-		h := mf.GetMetric()[0].GetHistogram()
-		require.Equal(t, uint64(2), h.GetSampleCount())
-		for _, b := range h.GetBucket() {
-			if b.GetUpperBound() == held {
-				slow = h.GetSampleCount() - b.GetCumulativeCount()
+	// The pass observes the metric right after its commit, which the test
+	// may see first.
+	var count, slow uint64 // observations, and those above held
+	require.Eventually(t, func() bool {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "kumiko_event_consumer_delivery_seconds" {
+				continue
+			}
+			h := mf.GetMetric()[0].GetHistogram()
+			count = h.GetSampleCount()
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() == held {
+					slow = count - b.GetCumulativeCount()
+				}
 			}
 		}
-	}
+		return count >= 2
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, uint64(2), count)
 	require.Equal(t, uint64(2), slow, "both events count from the wake-up of the first, before the wait")
 }
