@@ -20,7 +20,9 @@ type PostgresConfig struct {
 	// Default "kumiko".
 	Namespace string
 	// CheckInterval is how often a holder pings its connection, so that
-	// Lost closes soon after the connection dropped. Default 5s.
+	// Lost closes soon after the connection dropped. Default 5s. A ping
+	// unanswered after CheckInterval (2s at least) counts as a dropped
+	// connection.
 	CheckInterval time.Duration
 }
 
@@ -101,6 +103,11 @@ func tryOrWait(ctx context.Context, conn *pgx.Conn, key string, wait time.Durati
 	return err == nil, err
 }
 
+// minPingTimeout is the least time a holder's ping gets: on a busy server
+// or machine, a slow answer is not a dropped connection, and giving the
+// lock up for it would hand it to another locker for nothing.
+const minPingTimeout = 2 * time.Second
+
 // hold watches conn until Release: a failed ping means the server dropped
 // the session and with it the lock.
 func (p *Postgres) hold(ctx context.Context, conn *pgx.Conn, name, key string) *Held {
@@ -136,7 +143,7 @@ func (p *Postgres) hold(ctx context.Context, conn *pgx.Conn, name, key string) *
 			case <-t.C:
 			}
 			mu.Lock()
-			pctx, cancel := context.WithTimeout(watchCtx, p.cfg.CheckInterval)
+			pctx, cancel := context.WithTimeout(watchCtx, max(p.cfg.CheckInterval, minPingTimeout))
 			err := conn.Ping(pctx)
 			cancel()
 			if err != nil {
