@@ -317,10 +317,7 @@ func (r *rebuild) replay(ctx context.Context, upTo int64) error {
 		if err != nil {
 			return err
 		}
-		end := upTo
-		if len(evs) == r.opts.BatchSize {
-			end = evs[len(evs)-1].ID
-		}
+		end := r.chunkEnd(evs, upTo)
 		next = nil
 		if end < upTo {
 			next = r.readAhead(ctx, end, upTo)
@@ -419,10 +416,16 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64) 
 	if err := r.applyEvents(ctx, tx, evs, false); err != nil {
 		return 0, err
 	}
+	return r.chunkEnd(evs, upTo), nil
+}
+
+// chunkEnd is the id the shadow table is complete up to once evs, a chunk
+// read up to upTo, is applied: upTo when the chunk was not full.
+func (r *rebuild) chunkEnd(evs []eventstore.Event, upTo int64) int64 {
 	if len(evs) < r.opts.BatchSize {
-		return upTo, nil
+		return upTo
 	}
-	return evs[len(evs)-1].ID, nil
+	return evs[len(evs)-1].ID
 }
 
 // applyEvents applies the target's events among evs to the shadow table in
