@@ -25,6 +25,7 @@ import (
 	"github.com/kumiko-go/kumiko/idempotency"
 	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/internal/migrations"
+	"github.com/kumiko-go/kumiko/internal/pguuid"
 	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
@@ -125,6 +126,7 @@ func newPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("Config.DatabaseURL: %w", err)
 	}
 	pc.MaxConns = cfg.MaxConns
+	pc.AfterConnect = pguuid.AfterConnect
 	if cfg.IdleInTransactionTimeout > 0 {
 		// A startup parameter: no round trip on any request.
 		ms := max(cfg.IdleInTransactionTimeout.Milliseconds(), 1) // 0 would switch it off

@@ -27,6 +27,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/internal/migrations"
+	"github.com/kumiko-go/kumiko/internal/pguuid"
 )
 
 // DefaultDatabaseURL is used when DATABASE_URL is not set.
@@ -115,6 +116,7 @@ func NewDB(t testing.TB, opts ...Option) *DB {
 		t.Fatalf("kumikotest: %v", err)
 	}
 	cfg.MaxConns = o.maxConns
+	cfg.AfterConnect = pguuid.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("kumikotest: connect: %v", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/pguuid"
 )
 
 const (
@@ -348,6 +349,7 @@ func consumeMain(ctx context.Context, databaseURL, side, schema, name string) er
 		return err
 	}
 	poolCfg.MaxConns, poolCfg.MinConns = 4, 2
+	poolCfg.AfterConnect = pguuid.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err

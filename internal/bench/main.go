@@ -66,6 +66,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/internal/migrations"
+	"github.com/kumiko-go/kumiko/internal/pguuid"
 )
 
 const (
@@ -103,14 +104,15 @@ func sizesFor(quick bool) sizes {
 
 // bench is the state shared by every measurement.
 type bench struct {
-	cfg       config
-	n         sizes
-	pool      *pgxpool.Pool
-	store     *eventstore.Store
-	tenant    uuid.UUID
-	fwEvents  string // the store's events table, quoted and schema-qualified
-	fwSnaps   string // the store's snapshots table
-	rawEvents string // the raw baseline's identically shaped events table
+	cfg         config
+	n           sizes
+	pool        *pgxpool.Pool
+	store       *eventstore.Store
+	tenant      uuid.UUID
+	fwEvents    string // the store's events table, quoted and schema-qualified
+	fwSnaps     string // the store's snapshots table
+	rawEvents   string // the raw baseline's identically shaped events table
+	rawArchived string // and its archived streams, empty
 }
 
 func main() {
@@ -191,6 +193,7 @@ func run(cfg config) error {
 	}
 	poolCfg.MaxConns = poolSize
 	poolCfg.MinConns = poolSize
+	poolCfg.AfterConnect = pguuid.AfterConnect // as the framework's own pools
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
@@ -215,14 +218,15 @@ func run(cfg config) error {
 	}
 
 	b := &bench{
-		cfg:       cfg,
-		n:         sizesFor(cfg.quick),
-		pool:      pool,
-		store:     store,
-		tenant:    uuid.MustParse("0190a000-0000-7000-8000-0000000be7c0"),
-		fwEvents:  pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
-		fwSnaps:   pgx.Identifier{schema, "kumiko_snapshots"}.Sanitize(),
-		rawEvents: pgx.Identifier{rawSchema, "kumiko_events"}.Sanitize(),
+		cfg:         cfg,
+		n:           sizesFor(cfg.quick),
+		pool:        pool,
+		store:       store,
+		tenant:      uuid.MustParse("0190a000-0000-7000-8000-0000000be7c0"),
+		fwEvents:    pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
+		fwSnaps:     pgx.Identifier{schema, "kumiko_snapshots"}.Sanitize(),
+		rawEvents:   pgx.Identifier{rawSchema, "kumiko_events"}.Sanitize(),
+		rawArchived: pgx.Identifier{rawSchema, "kumiko_archived_streams"}.Sanitize(),
 	}
 	if err := b.printHeader(ctx, schema); err != nil {
 		return err

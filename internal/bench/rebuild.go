@@ -67,9 +67,10 @@ ON CONFLICT (tenant_id) DO UPDATE SET created = t.created + 1`
 // a rebuildEvents-event store (no concurrent writers) against two hand-written
 // baselines on the same events: the raw cursor read alone (SELECT … WHERE
 // id > $1 ORDER BY id LIMIT 2000 in a loop, scanned into eventstore.Event),
-// the ceiling of any replay; and that read plus the projection's upsert per
-// event by hand, a transaction per batch of 2000, into a table of the same
-// shape, which is what the apply itself costs. Each side runs once per round,
+// the ceiling of any replay; and that read plus the projection's upserts by
+// hand, sent as one pipelined batch per transaction of 2000 events, into a
+// table of the same shape: the same work a rebuild does, without the
+// framework. Each side runs once per round,
 // in alternating order.
 func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 	schema := b.store.Schema() + "_rebuild"
@@ -144,10 +145,12 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 				if err != nil {
 					return err
 				}
+				var upserts pgx.Batch
 				for _, ev := range evs {
-					if _, err := tx.Exec(ctx, upsert, [16]byte(ev.TenantID)); err != nil {
-						return err
-					}
+					upserts.Queue(upsert, [16]byte(ev.TenantID))
+				}
+				if err := tx.SendBatch(ctx, &upserts).Close(); err != nil {
+					return err
 				}
 				if batch = len(evs); batch > 0 {
 					cursor = evs[batch-1].ID
@@ -174,7 +177,7 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 
 	name := fmt.Sprintf("rebuild %s events, per-tenant counter", formatValue(float64(b.n.rebuild), ""))
 	sides := []side{rebuild, rawRead, rawApply, readAll}
-	sideNames := []string{"rebuild", "raw cursor read", "raw read + upsert", "ReadAll"}
+	sideNames := []string{"rebuild", "raw cursor read", "raw read + pipelined upserts", "ReadAll"}
 	fmt.Fprintf(os.Stderr, "  %s …\n", name)
 	if b.cfg.warmup > 0 { // one unmeasured read: the events in the buffer cache
 		if _, err := rawRead(ctx); err != nil {
@@ -207,7 +210,7 @@ func (b *bench) rebuildRows(ctx context.Context) ([]row, error) {
 	}
 	return []row{
 		{name: name + " vs raw cursor read (ceiling)", unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: target},
-		{name: name + " vs raw read + upsert/event, tx of 2000", unit: "events/s", fw: total[0].rate(), raw: total[2].rate()},
+		{name: name + " vs raw read + upserts in one batch per tx of 2000 (same work)", unit: "events/s", fw: total[0].rate(), raw: total[2].rate()},
 		{name: fmt.Sprintf("ReadAll %s events, pages of %d, vs raw cursor read", formatValue(float64(b.n.rebuild), ""), rebuildBatch),
 			unit: "events/s", fw: total[3].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.75)},
 	}, nil

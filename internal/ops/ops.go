@@ -27,6 +27,7 @@ import (
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/internal/migrations"
+	"github.com/kumiko-go/kumiko/internal/pguuid"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -136,6 +137,7 @@ func (o *ops) open(ctx context.Context) (*conn, error) {
 		return nil, fmt.Errorf("database URL %s: %w", redactURL(cfg.DatabaseURL), err)
 	}
 	pc.MaxConns = 4
+	pc.AfterConnect = pguuid.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("database %s: %w", redactURL(cfg.DatabaseURL), err)
