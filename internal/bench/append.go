@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,130 +75,107 @@ func (w *rawWake) committed(id int64) {
 func (w *rawWake) wait() { w.wg.Wait() }
 
 // appendRows compares single-event appends with an autocommitted INSERT of
-// the same row, to new streams and to existing streams, at 1 and 16 writers.
+// the same row, to new streams and to existing streams, at 1 and 16 writers;
+// each also with the raw insert doing the same work (see appendPair).
 func (b *bench) appendRows(ctx context.Context) ([]row, error) {
-	insert := `INSERT INTO ` + b.rawEvents + ` (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
-	ev, meta := benchEvent(), benchMetadata()
-	appendGoal := atLeastOfRaw(0.90) // target: a one-event append ≥ 90 % of raw
-
-	newStream := pair{
-		name: "append 1 event/tx, new stream",
-		fw: func(ctx context.Context, _ int) (int, error) {
-			_, err := b.store.Append(ctx, eventstore.Stream{TenantID: b.tenant, AggregateType: aggType}, 0, ev)
-			return 1, err
-		},
-		raw: func(ctx context.Context, _ int) (int, error) {
-			_, err := b.pool.Exec(ctx, insert, [16]byte(uuid.Must(uuid.NewV7())), aggType, [16]byte(b.tenant), 1, eventType, 1, benchPayload, meta, benchUser)
-			return 1, err
-		},
-	}
-
-	// The same insert doing what Append must besides: answer the id and
-	// creation time, and wake other processes (at most one pg_notify per
-	// 2 ms, as the store does). No target: it tells the framework's own cost
-	// from that work's.
 	wake := newRawWake(b.pool)
-	sameWork := pair{
-		name: "append 1 event/tx, new stream, 1 writer, vs raw + RETURNING + wake-up",
-		fw:   newStream.fw,
-		raw: func(ctx context.Context, _ int) (int, error) {
-			var id int64
-			var at time.Time
-			if err := b.pool.QueryRow(ctx, insert+` RETURNING id, created_at`, [16]byte(uuid.Must(uuid.NewV7())), aggType, [16]byte(b.tenant), 1, eventType, 1, benchPayload, meta, benchUser).Scan(&id, &at); err != nil {
-				return 0, err
-			}
-			wake.committed(id)
-			return 1, nil
-		},
-	}
-
 	var rows []row
 	for _, workers := range []int{1, 16} {
-		p := newStream
-		p.name, p.unit, p.workers, p.goal = p.name+", "+writers(workers), "events/s", workers, appendGoal
-		r, err := b.compare(ctx, p)
-		if err != nil {
-			return rows, err
-		}
-		rows = append(rows, r)
-	}
-	sameWork.unit, sameWork.workers = "events/s", 1
-	r, err := b.compare(ctx, sameWork)
-	wake.wait()
-	if err != nil {
-		return rows, err
-	}
-	rows = append(rows, r)
-	// The insert to an existing stream doing what Append must besides: the
-	// expected-version and archive check, the id and creation time answered,
-	// the wake-up.
-	checked := `INSERT INTO ` + b.rawEvents + ` (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
-SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9
-WHERE EXISTS (SELECT 1 FROM ` + b.rawEvents + ` e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
-	AND NOT EXISTS (SELECT 1 FROM ` + b.rawArchived + ` a WHERE a.aggregate_id = $1)
-RETURNING id, created_at`
-	for _, workers := range []int{1, 16} {
-		for _, same := range []bool{false, true} {
-			r, err := b.compare(ctx, b.existingStreamPair(workers, same, insert, checked, wake))
-			wake.wait()
-			if err != nil {
-				return rows, err
+		for _, existing := range []bool{false, true} {
+			for _, same := range []bool{false, true} {
+				r, err := b.compare(ctx, b.appendPair(workers, existing, same, wake))
+				wake.wait()
+				if err != nil {
+					return rows, err
+				}
+				rows = append(rows, r)
 			}
-			rows = append(rows, r)
 		}
 	}
 	return rows, nil
 }
 
-// existingStreamPair compares single-event appends to existing streams, each
-// worker owning one stream per side (created by its first append, extended
-// with the expected version after that), with the plain insert or, when
-// same, with the checked insert that answers and wakes (no target then).
-func (b *bench) existingStreamPair(workers int, same bool, insert, checked string, wake *rawWake) pair {
+// appendPair compares one-event appends, to a new stream each time or to a
+// stream each worker owns per side (created by its first append, extended
+// with the expected version after that), with the plain insert of the row;
+// or, when same, with the insert doing what Append must besides (no target:
+// it tells the framework's own cost from that work's): answer the id and
+// creation time, check an existing stream's expected version and archive,
+// and wake other processes (at most one pg_notify per 2 ms, as the store).
+func (b *bench) appendPair(workers int, existing, same bool, wake *rawWake) pair {
+	const columns = ` (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)`
+	insert := `INSERT INTO ` + b.rawEvents + columns + `
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	checked := `INSERT INTO ` + b.rawEvents + columns + `
+SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9
+WHERE EXISTS (SELECT 1 FROM ` + b.rawEvents + ` e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
+	AND NOT EXISTS (SELECT 1 FROM ` + b.rawArchived + ` a WHERE a.aggregate_id = $1)`
+	const returning = `
+RETURNING id, created_at`
 	ev, meta := benchEvent(), benchMetadata()
 	fwStreams, rawStreams := ownStreams(workers), ownStreams(workers)
+	// own is the worker's stream of a side; nil for a new stream each time.
+	own := func(streams []stream, w int) *stream {
+		if !existing {
+			return nil
+		}
+		return &streams[w]
+	}
 	p := pair{
-		name:    "append 1 event/tx, existing stream, " + writers(workers),
+		name:    "append 1 event/tx, new stream, " + writers(workers),
 		unit:    "events/s",
 		workers: workers,
-		goal:    atLeastOfRaw(0.90),
+		goal:    atLeastOfRaw(0.90), // target: a one-event append ≥ 90 % of raw
 		fw: func(ctx context.Context, w int) (int, error) {
-			s := &fwStreams[w]
-			res, err := b.store.Append(ctx, eventstore.Stream{TenantID: b.tenant, AggregateType: aggType, AggregateID: s.id}, s.version, ev)
+			st, expected := eventstore.Stream{TenantID: b.tenant, AggregateType: aggType}, 0
+			s := own(fwStreams, w)
+			if s != nil {
+				st.AggregateID, expected = s.id, s.version
+			}
+			res, err := b.store.Append(ctx, st, expected, ev)
 			if err != nil {
 				return 0, err
 			}
-			s.version = res.Version
+			if s != nil {
+				s.version = res.Version
+			}
 			return 1, nil
 		},
 		raw: func(ctx context.Context, w int) (int, error) {
-			s := &rawStreams[w]
-			if _, err := b.pool.Exec(ctx, insert, [16]byte(s.id), aggType, [16]byte(b.tenant), s.version+1, eventType, 1, benchPayload, meta, benchUser); err != nil {
+			id, version := uuid.Must(uuid.NewV7()), 1
+			s := own(rawStreams, w)
+			if s != nil {
+				id, version = s.id, s.version+1
+			}
+			args := []any{[16]byte(id), aggType, [16]byte(b.tenant), version, eventType, 1, benchPayload, meta, benchUser}
+			if same {
+				stmt := insert + returning
+				if version > 1 {
+					stmt = checked + returning
+				}
+				var eventID int64
+				var at time.Time
+				if err := b.pool.QueryRow(ctx, stmt, args...).Scan(&eventID, &at); err != nil {
+					return 0, err
+				}
+				wake.committed(eventID)
+			} else if _, err := b.pool.Exec(ctx, insert, args...); err != nil {
 				return 0, err
 			}
-			s.version++
+			if s != nil {
+				s.version = version
+			}
 			return 1, nil
 		},
 	}
-	if !same {
-		return p
+	if existing {
+		p.name = "append 1 event/tx, existing stream, " + writers(workers)
 	}
-	p.name, p.goal = p.name+", vs raw checked insert + RETURNING + wake-up", goal{}
-	p.raw = func(ctx context.Context, w int) (int, error) {
-		s := &rawStreams[w]
-		stmt := checked
-		if s.version == 0 {
-			stmt = insert + ` RETURNING id, created_at` // a new stream needs no check
+	if same {
+		p.name, p.goal = p.name+", vs raw + RETURNING + wake-up", goal{}
+		if existing {
+			p.name = strings.Replace(p.name, "raw +", "raw + check +", 1)
 		}
-		var id int64
-		var at time.Time
-		if err := b.pool.QueryRow(ctx, stmt, [16]byte(s.id), aggType, [16]byte(b.tenant), s.version+1, eventType, 1, benchPayload, meta, benchUser).Scan(&id, &at); err != nil {
-			return 0, err
-		}
-		s.version++
-		wake.committed(id)
-		return 1, nil
 	}
 	return p
 }

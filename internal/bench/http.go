@@ -142,6 +142,19 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 		if err != nil {
 			return rows, err
 		}
+		// What the hand-written service itself reaches of the raw
+		// transaction: the distance no HTTP service here closes.
+		rs, err = b.compareLatency(ctx, pair{
+			name:    "HTTP create by hand vs raw transaction, " + writers(workers),
+			unit:    "writes/s",
+			workers: workers,
+			fw:      handPost,
+			raw:     raw,
+		}, "HTTP create by hand vs raw")
+		rows = append(rows, rs...)
+		if err != nil {
+			return rows, err
+		}
 	}
 
 	// The same write with every span recorded and handed to an exporter

@@ -82,6 +82,7 @@ type config struct {
 	rounds   int           // alternations of framework and raw within duration
 	only     string        // groups to run, comma-separated; "" = all
 	cpuProf  string        // file for a CPU profile of the whole run; "" = none
+	cpu      bool          // CPU time per unit of each side, beside each comparison
 	quick    bool          // short sides and a tenth of the events: a smoke run, not a measurement
 	// The second process of the dispatcher latency (see consumeMain).
 	consume, consumeSchema, consumeName string
@@ -122,6 +123,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
 	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs); all when empty")
 	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof")
+	flag.BoolVar(&cfg.cpu, "cpu", false, "print each comparison's CPU time per unit of both sides: this process's and the local PostgreSQL server's (read from /proc)")
 	flag.BoolVar(&cfg.quick, "quick", false, "a smoke run under two minutes: 300ms per side, 1 round, 100ms warm-up, a tenth of the events (the ratios are rough)")
 	flag.StringVar(&cfg.consume, "consume", "", "internal: run as the consuming process of the dispatcher latency (dispatcher or raw)")
 	flag.StringVar(&cfg.consumeSchema, "consume-schema", "", "internal: the schema of -consume")

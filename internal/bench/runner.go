@@ -82,19 +82,31 @@ func (b *bench) compare(ctx context.Context, p pair) (row, error) {
 		}
 	}
 	var total [2]measured
+	var cpu [2]cpuUse
 	slice := b.cfg.duration / time.Duration(b.cfg.rounds)
 	for round := range b.cfg.rounds {
 		for i := range 2 {
 			side := (i + round) % 2
+			var before cpuUse
+			if b.cfg.cpu {
+				before = cpuNow()
+			}
 			m, err := runFor(ctx, p.workers, slice, sides[side])
 			if err != nil {
 				return row{}, fmt.Errorf("%s: %w", p.name, err)
+			}
+			if b.cfg.cpu {
+				cpu[side] = cpu[side].add(cpuNow().sub(before))
 			}
 			total[side].units += m.units
 			total[side].elapsed += m.elapsed
 		}
 	}
-	return row{name: p.name, unit: p.unit, fw: total[0].rate(), raw: total[1].rate(), goal: p.goal}, nil
+	r := row{name: p.name, unit: p.unit, fw: total[0].rate(), raw: total[1].rate(), goal: p.goal}
+	if b.cfg.cpu {
+		r.cpu = &[2]cpuUse{cpu[0].perUnit(total[0].units), cpu[1].perUnit(total[1].units)}
+	}
+	return r, nil
 }
 
 // goal is a target printed beside a row; it is reported, never asserted.
@@ -116,10 +128,19 @@ type row struct {
 	name, unit string
 	fw, raw    float64
 	goal       goal
+	cpu        *[2]cpuUse // per unit, framework and raw; nil unless -cpu
 }
 
 func printTable(rows []row) {
 	width := len("measurement")
+	var all []row
+	for _, r := range rows {
+		all = append(all, r)
+		if r.cpu != nil {
+			all = append(all, cpuRows(r)...)
+		}
+	}
+	rows = all
 	for _, r := range rows {
 		width = max(width, utf8.RuneCountInString(r.name))
 	}
