@@ -102,58 +102,38 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 		})
 	}
 
-	var rows []row
-	for _, workers := range []int{1, 16} {
-		rs, err := b.compareLatency(ctx, pair{
-			name:    "HTTP create, 3-field entity (auth, idempotency key), " + writers(workers),
-			unit:    "writes/s",
-			workers: workers,
-			goal:    atLeastOfRaw(0.60), // the HTTP issue's target
-			fw:      post,
-			raw:     raw,
-		}, "HTTP create")
-		rows = append(rows, rs...)
-		if err != nil {
-			return rows, err
-		}
-	}
-
 	// The same write served by hand: what any HTTP service doing this work
-	// costs, next to which the framework's own cost shows.
+	// costs, next to which the framework's own cost shows, and which the
+	// hand-written service itself reaches of the raw transaction.
 	bearer := "Bearer " + randomHex(16)
 	hand, handURL, err := startHandService(ctx, bearer, func(ctx context.Context) error {
 		_, err := raw(ctx, 0)
 		return err
 	})
 	if err != nil {
-		return rows, err
+		return nil, err
 	}
 	defer hand.stop()
 	handPost := poster(handURL, bearer, []byte(`{"type":"`+handler+`","payload":`+createPayload+`}`))
-	for _, workers := range []int{1, 16} {
-		rs, err := b.compareLatency(ctx, pair{
-			name:    "HTTP create vs by hand (net/http, Redis SET NX, pgx), " + writers(workers),
-			unit:    "writes/s",
-			workers: workers,
-			fw:      post,
-			raw:     handPost,
-		}, "HTTP create vs by hand")
-		rows = append(rows, rs...)
-		if err != nil {
-			return rows, err
-		}
-		// What the hand-written service itself reaches of the raw
-		// transaction: the distance no HTTP service here closes.
-		rs, err = b.compareLatency(ctx, pair{
-			name:    "HTTP create by hand vs raw transaction, " + writers(workers),
-			unit:    "writes/s",
-			workers: workers,
-			fw:      handPost,
-			raw:     raw,
-		}, "HTTP create by hand vs raw")
-		rows = append(rows, rs...)
-		if err != nil {
-			return rows, err
+	comparisons := []struct {
+		name, prefix string
+		fw, raw      opFunc
+		goal         goal
+	}{
+		{"HTTP create, 3-field entity (auth, idempotency key)", "HTTP create", post, raw, atLeastOfRaw(0.60)}, // the HTTP target
+		{"HTTP create vs by hand (net/http, Redis SET NX, pgx)", "HTTP create vs by hand", post, handPost, goal{}},
+		{"HTTP create by hand vs raw transaction", "HTTP create by hand vs raw", handPost, raw, goal{}},
+	}
+	var rows []row
+	for _, c := range comparisons {
+		for _, workers := range []int{1, 16} {
+			rs, err := b.compareLatency(ctx, pair{
+				name: c.name + ", " + writers(workers), unit: "writes/s", workers: workers, goal: c.goal, fw: c.fw, raw: c.raw,
+			}, c.prefix)
+			rows = append(rows, rs...)
+			if err != nil {
+				return rows, err
+			}
 		}
 	}
 
