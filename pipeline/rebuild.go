@@ -100,6 +100,9 @@ const (
 	swapAttempts    = 10
 	swapLockTimeout = "2s"
 	settlePoll      = 5 * time.Millisecond
+	// failTimeout bounds the cleanup of a failed rebuild, which runs after
+	// the caller's context may have ended.
+	failTimeout = 30 * time.Second
 )
 
 // rebuildTarget is what a rebuild needs to know of a projection.
@@ -214,7 +217,7 @@ func (d *Executor) RebuildProjection(ctx context.Context, name string, opts Rebu
 		res: RebuildResult{Name: name, Kind: t.kind}}
 	start := time.Now()
 	if err := r.run(ctx); err != nil {
-		r.fail(context.WithoutCancel(ctx), err)
+		r.fail(ctx, err)
 		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", name, err)
 	}
 	r.res.Duration = time.Since(start)
@@ -619,13 +622,22 @@ func (r *rebuild) replace(ctx context.Context, tx pgx.Tx) error {
 }
 
 // fail drops the shadow table and records the failure; the live table was
-// never touched.
+// never touched. It runs on the rebuild's own connection, since the pool
+// may have none to spare (on a pool of one it is the rebuild's), and on the
+// pool only when that connection broke; within failTimeout either way, also
+// when ctx has ended.
 func (r *rebuild) fail(ctx context.Context, cause error) {
 	d := r.d
-	if _, err := d.pool.Exec(ctx, `DROP TABLE IF EXISTS `+d.qualify(r.shadow)); err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failTimeout)
+	defer cancel()
+	var q feature.DB = r.conn
+	if r.conn.IsClosed() {
+		q = d.pool
+	}
+	if _, err := q.Exec(ctx, `DROP TABLE IF EXISTS `+d.qualify(r.shadow)); err != nil {
 		d.log.Error("rebuild: drop shadow table", "projection", r.t.name, "error", err)
 	}
-	if _, err := d.pool.Exec(ctx, d.sql.markFailed,
+	if _, err := q.Exec(ctx, d.sql.markFailed,
 		r.t.name, author.Storable(cause.Error(), 2000)); err != nil {
 		d.log.Error("rebuild: record failure", "projection", r.t.name, "error", err)
 	}

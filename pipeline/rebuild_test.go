@@ -182,6 +182,34 @@ func TestRebuildOnAPoolOfOneConnection(t *testing.T) {
 	require.Equal(t, monthRows(t, app, true), monthRows(t, app, false))
 }
 
+// A rebuild that fails on a pool of one connection, which the rebuild
+// itself holds, still drops its shadow table and records the failure, on
+// that connection: it answers instead of waiting for the pool, also when
+// the caller's context has ended.
+func TestRebuildFailureOnAPoolOfOneConnection(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{notes}, kumikotest.MaxConns(1))
+	write(t, app, alice, "note.create", `{"title":"a"}`)
+	app.Exec(t, `INSERT INTO kumiko_events (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload)
+		VALUES (gen_random_uuid(), 'note', $1, 1, 'note.created', 2, '{"title":"boom-before"}')`, tenantA)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := app.Executor.RebuildProjection(ctx, "note_titles", pipeline.RebuildOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, errApply)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the failed rebuild waits for a connection of the pool it holds")
+	}
+	require.Zero(t, app.Count(t, "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relname = 'note_titles__rebuild'"))
+	st := status(t, app, "note_titles")
+	require.Equal(t, pipeline.ProjectionFailed, st.Status)
+	require.Contains(t, st.LastError, errApply.Error())
+}
+
 // A failing apply fails the rebuild: the live table is untouched, the
 // shadow is gone and the status says why. Quarantine mode records the event
 // and completes.
