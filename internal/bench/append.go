@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -64,7 +65,7 @@ func (w *rawWake) committed(id int64) {
 	}
 	w.busy, w.last = true, time.Now()
 	w.wg.Go(func() {
-		_, _ = w.pool.Exec(context.Background(), `SELECT pg_notify('kumiko_bench_raw', $1)`, strconv.FormatInt(id, 10))
+		_, _ = w.pool.Exec(context.Background(), `SELECT pg_notify($1, $2)`, rawWakeChannel, strconv.FormatInt(id, 10))
 		w.mu.Lock()
 		w.busy = false
 		w.mu.Unlock()
@@ -73,6 +74,36 @@ func (w *rawWake) committed(id int64) {
 
 // wait waits for the notification in flight.
 func (w *rawWake) wait() { w.wg.Wait() }
+
+// rawWakeChannel is the channel of rawWake's notifications.
+const rawWakeChannel = "kumiko_bench_raw"
+
+// listenRaw receives rawWake's notifications on a connection of its own, as
+// a process with consumers would, until stop is called.
+func listenRaw(ctx context.Context, pool *pgxpool.Pool) (stop func(), err error) {
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+rawWakeChannel); err != nil {
+		return nil, errors.Join(err, conn.Close(ctx))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := conn.WaitForNotification(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		_ = conn.Close(context.Background())
+	}, nil
+}
 
 // appendRows compares single-event appends with an autocommitted INSERT of
 // the same row, to new streams and to existing streams, at 1 and 16 writers;

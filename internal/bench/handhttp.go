@@ -26,8 +26,8 @@ type handService struct {
 }
 
 // startHandService serves POST /api/write on a loopback port and returns
-// the service and the URL to post to.
-func startHandService(ctx context.Context, bearer string, write func(ctx context.Context) error) (*handService, string, error) {
+// the service and the URL to post to; write gets the request's key.
+func startHandService(ctx context.Context, bearer string, write func(ctx context.Context, key string) error) (*handService, string, error) {
 	redisURL := os.Getenv("REDIS_URL")
 	if redisURL == "" {
 		redisURL = defaultRedisURL
@@ -55,13 +55,14 @@ func startHandService(ctx context.Context, bearer string, write func(ctx context
 			http.Error(w, "bad body", http.StatusBadRequest)
 			return
 		}
-		key := "hand:" + r.Header.Get("Idempotency-Key")
+		idemKey := r.Header.Get("Idempotency-Key")
+		key := "hand:" + idemKey
 		ok, err := h.redis.SetNX(r.Context(), key, "pending", 24*time.Hour).Result()
 		if err != nil || !ok {
 			http.Error(w, "key in use", http.StatusConflict)
 			return
 		}
-		if err := write(r.Context()); err != nil {
+		if err := write(r.Context(), idemKey); err != nil {
 			h.redis.Del(context.WithoutCancel(r.Context()), key)
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

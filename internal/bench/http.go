@@ -106,7 +106,8 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 	// costs, next to which the framework's own cost shows, and which the
 	// hand-written service itself reaches of the raw transaction.
 	bearer := "Bearer " + randomHex(16)
-	hand, handURL, err := startHandService(ctx, bearer, func(ctx context.Context) error {
+	body := []byte(`{"type":"` + handler + `","payload":` + createPayload + `}`)
+	hand, handURL, err := startHandService(ctx, bearer, func(ctx context.Context, _ string) error {
 		_, err := raw(ctx, 0)
 		return err
 	})
@@ -114,7 +115,42 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 		return nil, err
 	}
 	defer hand.stop()
-	handPost := poster(handURL, bearer, []byte(`{"type":"`+handler+`","payload":`+createPayload+`}`))
+	handPost := poster(handURL, bearer, body)
+
+	// And the service by hand doing the framework's whole work: the key also
+	// recorded in the write transaction, the event's id answered, and the
+	// coalesced post-commit wake-up that a listening process receives.
+	keys := pgx.Identifier{rawSchema, "kumiko_idempotency_keys"}.Sanitize()
+	wake := newRawWake(b.pool)
+	defer wake.wait()
+	stopListen, err := listenRaw(ctx, b.pool)
+	if err != nil {
+		return nil, err
+	}
+	defer stopListen()
+	same, sameURL, err := startHandService(ctx, bearer, func(ctx context.Context, key string) error {
+		var eventID int64
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			id, tenant := [16]byte(uuid.Must(uuid.NewV7())), [16]byte(b.tenant)
+			if _, err := tx.Exec(ctx, `INSERT INTO `+keys+` (tenant_id, user_id, key) VALUES ($1, $2, $3)`, tenant, benchUser, key); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, insertEvent+` RETURNING id`, id, "bench_item", tenant, 1, evType, evVersion, string(payload), meta, benchUser).Scan(&eventID); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, insertRow, id, tenant, 1, fields["done"], fields["priority"], fields["title"])
+			return err
+		})
+		if err == nil {
+			wake.committed(eventID)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer same.stop()
+	samePost := poster(sameURL, bearer, body)
 	comparisons := []struct {
 		name, prefix string
 		fw, raw      opFunc
@@ -123,6 +159,7 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 		{"HTTP create, 3-field entity (auth, idempotency key)", "HTTP create", post, raw, atLeastOfRaw(0.60)}, // the HTTP target
 		{"HTTP create vs by hand (net/http, Redis SET NX, pgx)", "HTTP create vs by hand", post, handPost, goal{}},
 		{"HTTP create by hand vs raw transaction", "HTTP create by hand vs raw", handPost, raw, goal{}},
+		{"HTTP create vs by hand doing the same work (+ key in PostgreSQL, wake-up)", "HTTP create vs same work by hand", post, samePost, goal{}},
 	}
 	var rows []row
 	for _, c := range comparisons {
