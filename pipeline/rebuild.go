@@ -171,6 +171,7 @@ type rebuild struct {
 	live   string // qualified live table
 	shadow string // unqualified shadow table name
 	res    RebuildResult
+	alone  bool // the pool has no connection besides conn: reads run on conn
 	total  int64
 	cursor int64 // every event ≤ cursor is in the shadow table
 }
@@ -214,7 +215,7 @@ func (d *Executor) RebuildProjection(ctx context.Context, name string, opts Rebu
 		_, _ = pc.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, key)
 	}()
 	r := &rebuild{d: d, conn: pc.Conn(), t: t, opts: opts, live: d.qualify(t.table.Name), shadow: shadow,
-		res: RebuildResult{Name: name, Kind: t.kind}}
+		res: RebuildResult{Name: name, Kind: t.kind}, alone: d.pool.Config().MaxConns < 2}
 	start := time.Now()
 	if err := r.run(ctx); err != nil {
 		r.fail(ctx, err)
@@ -360,7 +361,7 @@ func (r *rebuild) readAhead(ctx context.Context, after, upTo int64) *chunkRead {
 		c.evs, err = r.d.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
 		return err
 	}
-	if r.d.pool.Config().MaxConns < 2 {
+	if r.alone {
 		c.err = pgx.BeginFunc(ctx, r.conn, read)
 		close(c.done)
 		return c
