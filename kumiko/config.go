@@ -117,8 +117,16 @@ type Config struct {
 	// neither hold retention back nor leave lag gauges behind. Shared
 	// shards and live instances are never touched. Default off.
 	CollectStaleInstances bool
-	// ShutdownTimeout bounds a graceful stop. Default 15s.
+	// ShutdownTimeout bounds a graceful stop: requests, consumer passes,
+	// jobs and integration handlers still running then have their contexts
+	// cancelled and their database connections closed, so Stop returns
+	// within ShutdownTimeout + StopMargin whatever they do. Default 15s.
 	ShutdownTimeout time.Duration
+	// JobRescueAfter is how long a job may stay running before it counts as
+	// held by a process that died and is retried (River's
+	// RescueStuckJobsAfter). At least the longest job timeout; default that
+	// timeout plus one minute.
+	JobRescueAfter time.Duration
 	// IdleInTransactionTimeout is how long a transaction of the server's
 	// pool may sit idle — opened, then waiting on the application — before
 	// PostgreSQL ends its session (idle_in_transaction_session_timeout, set
@@ -183,7 +191,15 @@ type Config struct {
 	// longer than the broker redelivers in. Default 7 days; negative: kept
 	// forever.
 	InboxRetention time.Duration
+
+	// envErr is what FromEnv could not parse; validate reports it.
+	envErr error
 }
+
+// StopMargin is how long Stop may take past Config.ShutdownTimeout: the
+// time it gives work whose context it cancelled at the deadline to return,
+// then to close the connections such work still holds.
+const StopMargin = 5 * time.Second
 
 // Defaults of Config's limits.
 const (
@@ -306,6 +322,10 @@ func (c Config) validate() error {
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("Config.ShutdownTimeout must not be negative"))
 	}
+	if c.JobRescueAfter < 0 {
+		errs = append(errs, errors.New("Config.JobRescueAfter must not be negative"))
+	}
+	errs = append(errs, c.envErr)
 	if c.MaxHeaderBytes < 0 {
 		errs = append(errs, errors.New("Config.MaxHeaderBytes must not be negative"))
 	}
@@ -328,9 +348,10 @@ func (c Config) validate() error {
 // REDIS_URL, RABBITMQ_URL, KUMIKO_JWT_SECRET, KUMIKO_JWT_ISSUER, KUMIKO_JWT_AUDIENCE,
 // KUMIKO_JWKS_URL, KUMIKO_OIDC_ISSUER, KUMIKO_CORS_ORIGINS (comma-separated),
 // KUMIKO_ADMIN_ROLE, KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR,
-// KUMIKO_SCHEMA, KUMIKO_INSTANCE_ID and KUMIKO_TRACE_DATABASE (true or 1:
-// TraceDatabase). Only Main and the commands call it;
-// the library never reads the environment.
+// KUMIKO_SCHEMA, KUMIKO_INSTANCE_ID, KUMIKO_TRACE_DATABASE (true or 1:
+// TraceDatabase), KUMIKO_SHUTDOWN_TIMEOUT and KUMIKO_JOB_RESCUE_AFTER (Go
+// durations such as 30s; one that does not parse fails New). Only Main and
+// the commands call it; the library never reads the environment.
 func (c Config) FromEnv() Config {
 	set := func(field *string, env string) {
 		if *field == "" {
@@ -361,5 +382,19 @@ func (c Config) FromEnv() Config {
 	if !c.TraceDatabase {
 		c.TraceDatabase, _ = strconv.ParseBool(os.Getenv("KUMIKO_TRACE_DATABASE"))
 	}
+	duration := func(field *time.Duration, env string) {
+		v := os.Getenv(env)
+		if *field != 0 || v == "" {
+			return
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			c.envErr = errors.Join(c.envErr, fmt.Errorf("%s=%q: want a duration such as 30s", env, v))
+			return
+		}
+		*field = d
+	}
+	duration(&c.ShutdownTimeout, "KUMIKO_SHUTDOWN_TIMEOUT")
+	duration(&c.JobRescueAfter, "KUMIKO_JOB_RESCUE_AFTER")
 	return c
 }
