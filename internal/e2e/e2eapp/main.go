@@ -1,0 +1,180 @@
+// Command e2eapp is the app binary the end-to-end suite starts where the
+// samples cannot show a capability or a fault. It is an app like any
+// other, run by kumiko.Main with serve, worker and the operations commands,
+// with these settings of its own:
+//
+//   - E2E_NAME: the app's name (default "e2e"), and so its RabbitMQ queue;
+//     the suite makes it unique per run so that parallel runs share no queue;
+//   - E2E_FEATURES: "orders" or "billing" runs that sample's feature alone
+//     (the two apps of an integration); empty runs the fault feature below;
+//   - E2E_BLOCK: when set, the consumer e2e-deliveries blocks for ever,
+//     ignoring its context, on a note titled "block";
+//   - E2E_WORK_DELAY: how long a run of e2e.work takes (default 100ms).
+//
+// The fault feature writes what it does into tables the suite creates in
+// the app's schema (KUMIKO_SCHEMA): e2e_job_runs, one row per job run,
+// through the job's transaction.
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumiko"
+	"github.com/kumiko-go/kumiko/samples/billing"
+	"github.com/kumiko-go/kumiko/samples/orders"
+)
+
+func main() {
+	cfg := kumiko.Config{Name: cmp.Or(os.Getenv("E2E_NAME"), "e2e")}
+	switch os.Getenv("E2E_FEATURES") {
+	case "orders":
+		kumiko.Main(cfg, orders.Feature)
+	case "billing":
+		kumiko.Main(cfg, billing.Feature)
+	default:
+		delay, err := time.ParseDuration(cmp.Or(os.Getenv("E2E_WORK_DELAY"), "100ms"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "E2E_WORK_DELAY:", err)
+			os.Exit(2)
+		}
+		f := faults{
+			block:   os.Getenv("E2E_BLOCK") != "",
+			delay:   delay,
+			jobRuns: pgx.Identifier{cmp.Or(os.Getenv("KUMIKO_SCHEMA"), "public"), "e2e_job_runs"}.Sanitize(),
+		}
+		kumiko.Main(cfg, f.feature())
+	}
+}
+
+// Note is what the consumer reads of a note.created payload.
+type Note struct {
+	Title string `json:"title"`
+}
+
+// Ping is the payload of "e2e.ping", the event that triggers e2e.work.
+type Ping struct {
+	Seq int `json:"seq"`
+}
+
+// Burst is the input of "e2e.burst": append Count pings in one transaction.
+type Burst struct {
+	Count int `json:"count" validate:"min=1,max=1000"`
+}
+
+// Schedule is the input of "e2e.schedule": enqueue e2e.at to run In
+// milliseconds from now.
+type Schedule struct {
+	Key string `json:"key" validate:"required"`
+	In  int    `json:"in" validate:"min=0"`
+}
+
+// AtArgs are the args of "e2e.at".
+type AtArgs struct {
+	Key string    `json:"key"`
+	At  time.Time `json:"at"`
+}
+
+// Tick is the (empty) args of the scheduled "e2e.tick".
+type Tick struct{}
+
+type faults struct {
+	block   bool
+	delay   time.Duration
+	jobRuns string // the quoted, schema-qualified e2e_job_runs
+}
+
+func (f faults) feature() *feature.Feature {
+	return feature.Define("e2e", func(r *feature.Registrar) {
+		r.Entity("note", feature.Fields{"title": feature.Text().Required().MaxLen(200)})
+		r.Crud("note", feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()})
+		// A table-backed consumer that records every note.created it is
+		// handed, with no key: an event delivered twice leaves two rows.
+		r.MultiStreamProjection(feature.MultiStreamProjection{
+			Name: "e2e-deliveries",
+			Table: &feature.TableDef{Name: "e2e_deliveries", Columns: []feature.Column{
+				{Name: "tenant_id", Type: "uuid", NotNull: true},
+				{Name: "event_id", Type: "bigint", NotNull: true},
+				{Name: "note_id", Type: "uuid", NotNull: true},
+			}},
+			Apply: map[string]feature.ApplyFunc{"note.created": f.deliver},
+		})
+
+		r.DefineEvent("e2e.ping", Ping{})
+		feature.HandleCommand(r, "e2e.burst", feature.Roles("User"), burst)
+		feature.HandleCommand(r, "e2e.schedule", feature.Roles("User"), schedule)
+		r.Job("e2e.work", Ping{}, f.work, feature.OnEvent("e2e.ping"))
+		r.Job("e2e.at", AtArgs{}, f.at)
+		r.Job("e2e.tick", Tick{}, f.tick, feature.Cron("@every 1s"))
+	})
+}
+
+// deliver records the event, or with E2E_BLOCK blocks for ever on a note
+// titled "block", as a handler stuck in a call without a deadline does.
+func (f faults) deliver(ctx feature.ApplyContext, e feature.Event) error {
+	n, err := feature.Decode[Note](e)
+	if err != nil {
+		return err
+	}
+	if f.block && n.Title == "block" {
+		fmt.Fprintf(os.Stderr, "{\"msg\":\"e2e: blocking\",\"consumer\":\"e2e-deliveries\",\"event\":%d}\n", e.ID)
+		for {
+			time.Sleep(time.Hour) // never returns, whatever its context says
+		}
+	}
+	_, err = ctx.DB().Exec(ctx.Context(), `INSERT INTO `+ctx.Table()+` (tenant_id, event_id, note_id) VALUES ($1, $2, $3)`,
+		ctx.Tenant(), e.ID, e.AggregateID)
+	return err
+}
+
+func burst(ctx feature.CommandContext, in Burst) (any, error) {
+	for i := range in.Count {
+		if _, err := ctx.AppendEvent(feature.AppendSpec{AggregateType: "ping", Type: "e2e.ping", Payload: Ping{Seq: i}}); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]int{"count": in.Count}, nil
+}
+
+func schedule(ctx feature.CommandContext, in Schedule) (any, error) {
+	at := time.Now().Add(time.Duration(in.In) * time.Millisecond)
+	if err := ctx.Enqueue("e2e.at", AtArgs{Key: in.Key, At: at}, at); err != nil {
+		return nil, err
+	}
+	return map[string]any{"at": at}, nil
+}
+
+// work records its run in the job's transaction, then takes a moment.
+func (f faults) work(ctx feature.JobContext, _ Ping) error {
+	ev, ok := ctx.Event()
+	if !ok {
+		return fmt.Errorf("e2e.work: no triggering event")
+	}
+	if err := f.record(ctx, "e2e.work", fmt.Sprint(ev.ID)); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(f.delay):
+		return nil
+	case <-ctx.Context().Done():
+		return ctx.Context().Err()
+	}
+}
+
+func (f faults) at(ctx feature.JobContext, in AtArgs) error { return f.record(ctx, "e2e.at", in.Key) }
+
+func (f faults) tick(ctx feature.JobContext, _ Tick) error {
+	return f.record(ctx, "e2e.tick", time.Now().UTC().Format(time.RFC3339Nano))
+}
+
+// record writes one row of a job run into e2e_job_runs.
+func (f faults) record(ctx feature.JobContext, job, key string) error {
+	_, err := ctx.DB().Exec(ctx.Context(), `INSERT INTO `+f.jobRuns+` (job, key, pid, attempt) VALUES ($1, $2, $3, $4)`,
+		job, key, os.Getpid(), ctx.Attempt())
+	return err
+}
