@@ -26,6 +26,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -188,10 +190,14 @@ func (c Config) validate() error {
 // with New; Start works jobs, while an unstarted Runner still enqueues and
 // manages them (the CLI).
 type Runner struct {
-	client *river.Client[pgx.Tx]
-	jobs   map[string]Job
-	cfg    Config
-	store  *eventstore.Store
+	client  *river.Client[pgx.Tx]
+	jobs    map[string]Job
+	cfg     Config
+	store   *eventstore.Store
+	running *running
+
+	mu     sync.Mutex
+	cancel context.CancelFunc // ends the context River runs on; nil until Start
 }
 
 // ErrUnknownJob is returned for a job name no Job of the Runner has.
@@ -211,7 +217,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 		}
 		cfg.Locker = l
 	}
-	r := &Runner{jobs: make(map[string]Job, len(jobs)), cfg: cfg, store: store}
+	r := &Runner{jobs: make(map[string]Job, len(jobs)), cfg: cfg, store: store, running: &running{}}
 	workers := river.NewWorkers()
 	var periodic []*river.PeriodicJob
 	for _, j := range jobs {
@@ -223,7 +229,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 		}
 		r.jobs[j.Name] = j
 		// One Go args type serves every job; its kind is the job's name.
-		river.AddWorkerArgs(workers, envelope{kind: j.Name}, &worker{job: j, locker: cfg.Locker, log: cfg.Logger})
+		river.AddWorkerArgs(workers, envelope{kind: j.Name}, &worker{job: j, locker: cfg.Locker, log: cfg.Logger, running: r.running})
 		if j.Schedule != "" {
 			sched, _ := cron.ParseStandard(j.Schedule) // checked by validate
 			periodic = append(periodic, river.NewPeriodicJob(sched, func() (river.JobArgs, *river.InsertOpts) {
@@ -268,25 +274,96 @@ func (j Job) validate() error {
 }
 
 // Start works jobs until Stop; the elected leader also enqueues scheduled
-// jobs.
+// jobs and rescues the jobs of processes that died. ctx bounds the start
+// only: River's client runs until Stop whatever becomes of ctx.
 func (r *Runner) Start(ctx context.Context) error {
-	if err := r.client.Start(ctx); err != nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		return nil // started already
+	}
+	// River's client keeps the context it is started with, and cancelling
+	// that context stops it. A long-running part never keeps its start
+	// context: the client runs on a context of its own, detached from ctx
+	// (its values kept), that only Stop ends. ctx bounds the database check
+	// below, which is all of the start that can wait.
+	if err := r.store.Pool().Ping(ctx); err != nil {
 		return fmt.Errorf("jobs: start: %w", err)
 	}
+	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if err := r.client.Start(run); err != nil {
+		cancel()
+		return fmt.Errorf("jobs: start: %w", err)
+	}
+	r.cancel = cancel
 	return nil
 }
 
-// Stop stops fetching jobs and waits for running ones until ctx ends, then
-// cancels them.
+// cancelWait is how long Stop waits for running jobs to return once it has
+// cancelled their contexts at the end of its own.
+const cancelWait = time.Second
+
+// Stop stops fetching jobs at once and waits for the running ones until ctx
+// ends. If ctx ends first, it cancels the running jobs' contexts and waits
+// at most one second more for them to return; it then returns an error
+// that wraps ctx.Err() and names the jobs that were still running (kind
+// and id): "cancelled" ones returned after the cancel, "abandoned" ones
+// had not returned by then. Those attempts are retried: a cancelled one by
+// River as a failed attempt, an abandoned one by the leader's rescue after
+// Config.RescueAfter (its transaction rolls back when the application
+// closes the connection it holds). Stop never blocks past ctx's deadline
+// plus that second.
 func (r *Runner) Stop(ctx context.Context) error {
+	defer func() {
+		r.mu.Lock()
+		if r.cancel != nil {
+			r.cancel()
+			r.cancel = nil
+		}
+		r.mu.Unlock()
+	}()
 	err := r.client.Stop(ctx)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		err = r.client.StopAndCancel(context.WithoutCancel(ctx))
+	if err == nil {
+		return nil
 	}
-	if err != nil {
+	if ctx.Err() == nil {
 		return fmt.Errorf("jobs: stop: %w", err)
 	}
-	return nil
+	atDeadline := r.running.list()
+	hard, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWait)
+	defer cancel()
+	hardErr := r.client.StopAndCancel(hard)
+	left := r.running.list()
+	if hardErr == nil && len(atDeadline) == 0 {
+		return nil // nothing was running: River only took longer to stop its services
+	}
+	return stopError(ctx.Err(), atDeadline, left, hardErr != nil)
+}
+
+// stopError names the attempts Stop cancelled at its deadline: those not
+// in left returned after the cancel, those in left were abandoned.
+func stopError(cause error, atDeadline, left []attempt, timedOut bool) error {
+	still := make(map[attempt]bool, len(left))
+	for _, a := range left {
+		still[a] = true
+	}
+	var cancelled []attempt
+	for _, a := range atDeadline {
+		if !still[a] {
+			cancelled = append(cancelled, a)
+		}
+	}
+	var parts []string
+	if len(cancelled) > 0 {
+		parts = append(parts, "cancelled running "+describe(cancelled))
+	}
+	if len(left) > 0 {
+		parts = append(parts, "abandoned running "+describe(left))
+	}
+	if timedOut && len(left) == 0 {
+		parts = append(parts, fmt.Sprintf("River's client did not stop within %s of the deadline", cancelWait))
+	}
+	return fmt.Errorf("jobs: stop: %s: %w", strings.Join(parts, "; "), cause)
 }
 
 // Names are the names of the Runner's jobs.
@@ -301,12 +378,16 @@ func (r *Runner) Names() []string {
 // worker runs one Job for River.
 type worker struct {
 	river.WorkerDefaults[envelope]
-	job    Job
-	locker lock.Locker
-	log    *slog.Logger
+	job     Job
+	locker  lock.Locker
+	log     *slog.Logger
+	running *running
 }
 
 func (w *worker) Work(ctx context.Context, j *river.Job[envelope]) error {
+	a := attempt{id: j.ID, attempt: j.Attempt, kind: j.Kind}
+	w.running.add(a)
+	defer w.running.remove(a)
 	if w.job.Exclusive {
 		held, err := w.locker.Acquire(ctx, "job:"+w.job.Name, 0)
 		if err != nil {
