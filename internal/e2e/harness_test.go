@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -514,4 +516,95 @@ func countIs(t testing.TB, db *kumikotest.DB, want int, sql string, args ...any)
 		n := db.Count(t, sql, args...)
 		return n == want, fmt.Sprintf("%d, want %d", n, want)
 	}
+}
+
+// ---- server-sent events ----
+
+// sseFrame is one event frame of GET /api/events.
+type sseFrame struct {
+	ID    int64
+	Event string
+	Data  struct {
+		AggregateID uuid.UUID `json:"aggregateId"`
+		Type        string    `json:"type"`
+	}
+}
+
+// stream is an open GET /api/events.
+type stream struct {
+	t      testing.TB
+	frames chan sseFrame
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// events opens GET /api/events (with Last-Event-ID when lastID > 0) and
+// waits for the answer's headers; the test closes it at the end, or close.
+func (c *client) events(lastID int64) *stream {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/events", nil)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if lastID > 0 {
+		req.Header.Set("Last-Event-ID", fmt.Sprint(lastID))
+	}
+	// No client timeout: a stream stays open; the context ends it.
+	resp, err := (&http.Client{Transport: c.hc.Transport}).Do(req)
+	if err != nil {
+		cancel()
+		c.t.Fatalf("GET /api/events: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		c.t.Fatalf("GET /api/events: %d %s", resp.StatusCode, b)
+	}
+	s := &stream{t: c.t, frames: make(chan sseFrame, 1024), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer resp.Body.Close()
+		defer close(s.frames)
+		var f sseFrame
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if f.Event != "" {
+					s.frames <- f
+				}
+				f = sseFrame{}
+			case strings.HasPrefix(line, "id: "):
+				f.ID, _ = strconv.ParseInt(strings.TrimPrefix(line, "id: "), 10, 64)
+			case strings.HasPrefix(line, "event: "):
+				f.Event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &f.Data)
+			}
+		}
+	}()
+	c.t.Cleanup(s.close)
+	return s
+}
+
+// next is the next frame, failing the test after d.
+func (s *stream) next(d time.Duration) sseFrame {
+	s.t.Helper()
+	select {
+	case f, ok := <-s.frames:
+		require.True(s.t, ok, "the event stream ended")
+		return f
+	case <-time.After(d):
+		s.t.Fatalf("no event frame within %s", d)
+		return sseFrame{}
+	}
+}
+
+// close disconnects and waits for the reader to end.
+func (s *stream) close() {
+	s.cancel()
+	<-s.done
 }
