@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/lifecycle"
 )
 
 // Config configures an Dispatcher.
@@ -68,11 +70,14 @@ type Dispatcher struct {
 	metrics   *metrics
 	tracer    trace.Tracer
 
-	mu      sync.Mutex
-	wakers  []*waker
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	started bool
+	mu     sync.Mutex
+	wakers []*waker
+	// cancel ends the loops, the listener and the beat (a stop begins);
+	// cancelPasses the contexts of running passes (it gives up on them).
+	cancel, cancelPasses context.CancelFunc
+	wg                   sync.WaitGroup
+	started              bool
+	passes               lifecycle.Work // the passes running, by consumer
 }
 
 // New returns a dispatcher for consumers on store.
@@ -163,7 +168,8 @@ func (e *Dispatcher) RunPass(ctx context.Context, name string) (PassResult, erro
 }
 
 // Start records the process's liveness, registers the consumers and starts
-// their loops, the listener and the heartbeat. They run until Stop.
+// their loops, the listener and the heartbeat. ctx bounds only the start:
+// what Start starts runs until Stop, whatever becomes of ctx.
 func (e *Dispatcher) Start(ctx context.Context) error {
 	started := time.Now()
 	// The liveness record first: a gc running meanwhile then never takes
@@ -180,9 +186,12 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 		return errors.New("event dispatcher: already started")
 	}
 	e.started = true
-	// The loops outlive the start call: they stop through Stop.
+	// The loops outlive the start call: they stop through Stop, and the
+	// passes they run have a context of their own, which Stop cancels only
+	// once it gives up on them (see lifecycle).
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.cancel = cancel
+	passCtx, cancelPasses := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel, e.cancelPasses = cancel, cancelPasses
 	local, unsubscribe := e.store.Subscribe()
 	e.wg.Add(1)
 	go func() {
@@ -205,29 +214,43 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 		w := &waker{ch: make(chan struct{}, 1)}
 		e.wakers = append(e.wakers, w)
 		e.wg.Add(1)
-		go func() { defer e.wg.Done(); e.loop(runCtx, c, w) }()
+		go func() { defer e.wg.Done(); e.loop(runCtx, passCtx, c, w) }()
 	}
 	return nil
 }
 
-// Stop ends the loops and waits for running passes to finish (their
-// transactions commit or roll back as a whole).
+// Stop ends the loops at once — no pass starts after it is called — and
+// waits for the passes running until ctx ends: a pass that finishes
+// commits its events and cursor as a whole. When ctx ends first, Stop
+// cancels the passes' contexts, waits until lifecycle.GiveUp(ctx) for them,
+// and returns an error wrapping ctx's that names the consumers whose
+// passes it gave up on; their transactions roll back (a handler that
+// ignores its context holds its connection until the app closes it) and
+// their events are delivered again after the next start.
 func (e *Dispatcher) Stop(ctx context.Context) error {
 	e.mu.Lock()
-	cancel := e.cancel
+	cancel, cancelPasses := e.cancel, e.cancelPasses
 	e.mu.Unlock()
 	if cancel == nil {
 		return nil
 	}
 	cancel()
-	done := make(chan struct{})
-	go func() { e.wg.Wait(); close(done) }()
+	done := lifecycle.Done(&e.wg)
 	select {
 	case <-done:
+		cancelPasses()
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	running := e.passes.Names()
+	returned := lifecycle.Await(ctx, done, cancelPasses)
+	switch {
+	case len(running) > 0:
+		return fmt.Errorf("event dispatcher: abandoned the running passes of consumers %s: %w", strings.Join(running, ", "), ctx.Err())
+	case !returned:
+		return fmt.Errorf("event dispatcher: the loops did not end: %w", ctx.Err())
+	}
+	return nil
 }
 
 // waker wakes one consumer's loop and remembers when it was first woken
@@ -263,7 +286,7 @@ func (e *Dispatcher) woken(w *waker) time.Time {
 	return at
 }
 
-// loop runs passes of one consumer until ctx ends.
+// loop runs passes of one consumer, each on passCtx, until ctx ends.
 //
 // Each pass is given the time its events were first known to be committed,
 // for the delivery metric: the first wake-up since the previous pass began
@@ -271,7 +294,7 @@ func (e *Dispatcher) woken(w *waker) time.Time {
 // start (a poll, or the next batch of a backlog). While events stay
 // undelivered — a full batch, a gap, a failure — the next pass keeps the
 // earlier time.
-func (e *Dispatcher) loop(ctx context.Context, c Consumer, w *waker) {
+func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, w *waker) {
 	instance := c.instanceFor(e.cfg.InstanceID)
 	var (
 		ceiling time.Duration // of the backoff; 0 while passes succeed
@@ -289,7 +312,9 @@ func (e *Dispatcher) loop(ctx context.Context, c Consumer, w *waker) {
 		if c.standingBy() {
 			since = started // nobody waits for a consumer on standby
 		}
-		res, err := e.pass(ctx, c, instance, since)
+		end := e.passes.Begin(c.Name)
+		res, err := e.pass(passCtx, c, instance, since)
+		end()
 		pending = time.Time{}
 		if err != nil || res.More || res.waiting || res.Failed != nil || !res.Locked {
 			// Still undelivered as far as this process knows — also when
