@@ -2,6 +2,7 @@ package feature
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"time"
 
@@ -44,30 +45,49 @@ type JobContext interface {
 }
 
 // JobOption adjusts a job declared with Registrar.Job.
-type JobOption struct{ apply func(*spec.Job) }
+type JobOption struct {
+	apply   func(*spec.Job)
+	problem string // a boot error instead of apply
+}
 
 // OnEvent enqueues the job once for every committed event of these types;
 // the event's payload is the job's args.
 func OnEvent(types ...string) JobOption {
-	return JobOption{func(j *spec.Job) { j.On = append(j.On, types...) }}
+	return JobOption{apply: func(j *spec.Job) { j.On = append(j.On, types...) }}
 }
 
 // Cron enqueues the job on a cron schedule (five fields, or @daily,
 // @every 1h…), once across all processes, in the system tenant.
-func Cron(expr string) JobOption { return JobOption{func(j *spec.Job) { j.Schedule = expr }} }
+func Cron(expr string) JobOption { return JobOption{apply: func(j *spec.Job) { j.Schedule = expr }} }
 
 // JobAttempts is how often a failing job runs before it is discarded
 // (default 10); retries back off exponentially with jitter.
-func JobAttempts(n int) JobOption { return JobOption{func(j *spec.Job) { j.MaxAttempts = n }} }
+func JobAttempts(n int) JobOption { return JobOption{apply: func(j *spec.Job) { j.MaxAttempts = n }} }
 
 // UniqueFor makes enqueueing the job with the same args and cause a no-op
 // while such a job is pending or running, or finished less than d ago.
-func UniqueFor(d time.Duration) JobOption { return JobOption{func(j *spec.Job) { j.UniqueFor = d }} }
+func UniqueFor(d time.Duration) JobOption {
+	return JobOption{apply: func(j *spec.Job) { j.UniqueFor = d }}
+}
+
+// JobTimeout bounds one attempt of the job (default one minute): at d the
+// handler's context is cancelled, its transaction rolls back and the
+// attempt fails, to be retried like any failure. Go cannot stop a handler
+// that ignores its context (a call without a deadline): pass
+// ctx.Context() to everything that waits. d must be positive. The app's
+// job rescue time (kumiko.Config.JobRescueAfter) must be at least the
+// longest job timeout.
+func JobTimeout(d time.Duration) JobOption {
+	if d <= 0 {
+		return JobOption{problem: fmt.Sprintf("JobTimeout must be positive, got %s", d)}
+	}
+	return JobOption{apply: func(j *spec.Job) { j.Timeout = d }}
+}
 
 // Exclusive lets at most one run of the job work at a time across all
 // processes (a distributed lock, package lock): a run started by hand while
 // the scheduled run still works completes at once without working.
-func Exclusive() JobOption { return JobOption{func(j *spec.Job) { j.Exclusive = true }} }
+func Exclusive() JobOption { return JobOption{apply: func(j *spec.Job) { j.Exclusive = true }} }
 
 // Job declares a background job. args is a value of the args struct type T
 // (for OnEvent jobs, the event's payload type); handler must be a
@@ -77,6 +97,10 @@ func Exclusive() JobOption { return JobOption{func(j *spec.Job) { j.Exclusive = 
 func (r *Registrar) Job(name string, args any, handler any, opts ...JobOption) {
 	def := spec.Job{Name: name, Args: reflect.TypeOf(args), Handler: handler}
 	for _, o := range opts {
+		if o.problem != "" {
+			r.problem(item("job", name), "%s", o.problem)
+			continue
+		}
 		if o.apply == nil {
 			r.problem(item("job", name), "zero JobOption; use the feature option constructors")
 			continue

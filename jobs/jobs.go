@@ -19,6 +19,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,7 +64,11 @@ type Job struct {
 	// no-op while another one is pending, running or retrying, or finished
 	// less than UniqueFor ago.
 	UniqueFor time.Duration
-	// Timeout bounds one attempt; default one minute.
+	// Timeout bounds one attempt; default DefaultTimeout. At the timeout
+	// the attempt's context is cancelled and the attempt fails like any
+	// other (it is retried until MaxAttempts). Go cannot stop a Work that
+	// ignores its context: such an attempt runs on, and its outcome counts
+	// when it returns, unless Config.RescueAfter passed first.
 	Timeout time.Duration
 	// Exclusive runs at most one Work of the job at a time across all
 	// processes, under the lock "job:<Name>" of Config.Locker: a run that
@@ -71,6 +76,12 @@ type Job struct {
 	// works) completes at once without working.
 	Exclusive bool
 }
+
+// DefaultTimeout is the default of Job.Timeout.
+const DefaultTimeout = time.Minute
+
+// timeout is the job's Timeout or its default.
+func (j Job) timeout() time.Duration { return cmp.Or(j.Timeout, DefaultTimeout) }
 
 var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_.-]*[a-z0-9]$`)
 
@@ -142,6 +153,15 @@ type Config struct {
 	// Locker serves Exclusive jobs; default a Postgres locker on the
 	// store's pool.
 	Locker lock.Locker
+	// RescueAfter is how long a job may stay running before the elected
+	// leader takes it for held by a process that died (its attempt never
+	// ended) and retries it, the attempt counted as failed (River's
+	// RescueStuckJobsAfter). The leader looks every 30 seconds, so such a
+	// job is retried within RescueAfter plus 30 seconds, plus its backoff,
+	// plus up to 20 seconds when the dead process was the leader. It must
+	// be at least every job's Timeout, so that no attempt still within its
+	// timeout is taken; default the longest Timeout plus one minute.
+	RescueAfter time.Duration
 	// TracerProvider gets a span per enqueue and per attempt
 	// (river.insert_many, river.work/<job>), the attempt's linked to the
 	// enqueue's through the job's metadata; default the global provider,
@@ -182,8 +202,24 @@ func (c Config) validate() error {
 		return fmt.Errorf("jobs: Config.PollInterval is negative (%s)", c.PollInterval)
 	case c.FetchCooldown < time.Millisecond || c.FetchCooldown > c.PollInterval:
 		return fmt.Errorf("jobs: Config.FetchCooldown (%s) must be between 1ms and PollInterval (%s)", c.FetchCooldown, c.PollInterval)
+	case c.RescueAfter < 0:
+		return fmt.Errorf("jobs: Config.RescueAfter is negative (%s)", c.RescueAfter)
 	}
 	return nil
+}
+
+// rescueAfter is RescueAfter, checked against the jobs' timeouts, or its
+// default; the second result is the longest timeout.
+func (c Config) rescueAfter(jobs []Job) (rescue, longest time.Duration, err error) {
+	for _, j := range jobs {
+		longest = max(longest, j.timeout())
+		if c.RescueAfter > 0 && c.RescueAfter < j.timeout() {
+			return 0, 0, fmt.Errorf("jobs: Config.RescueAfter (%s) is shorter than the timeout of job %q (%s): its attempts would be retried while they still run",
+				c.RescueAfter, j.Name, j.timeout())
+		}
+	}
+	longest = cmp.Or(longest, DefaultTimeout) // no jobs
+	return cmp.Or(c.RescueAfter, longest+time.Minute), longest, nil
 }
 
 // Runner enqueues and runs the jobs of an application on River. Build it
@@ -210,6 +246,15 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	for _, j := range jobs {
+		if err := j.validate(); err != nil {
+			return nil, err
+		}
+	}
+	rescueAfter, longest, err := cfg.rescueAfter(jobs)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Locker == nil {
 		l, err := lock.NewPostgres(store.Pool(), lock.PostgresConfig{})
 		if err != nil {
@@ -221,9 +266,6 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 	workers := river.NewWorkers()
 	var periodic []*river.PeriodicJob
 	for _, j := range jobs {
-		if err := j.validate(); err != nil {
-			return nil, err
-		}
 		if _, dup := r.jobs[j.Name]; dup {
 			return nil, fmt.Errorf("jobs: job %q is declared twice", j.Name)
 		}
@@ -237,18 +279,21 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 			}, &river.PeriodicJobOpts{ID: j.Name}))
 		}
 	}
-	var err error
 	r.client, err = river.NewClient(riverpgxv5.New(store.Pool()), &river.Config{
-		Schema:            store.Schema(),
-		Logger:            slog.New(warnings{cfg.Logger.Handler()}),
-		Workers:           workers,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
-		PeriodicJobs:      periodic,
-		MaxAttempts:       cfg.MaxAttempts,
-		RetryPolicy:       backoff(cfg.Backoff),
-		FetchPollInterval: cfg.PollInterval,
-		FetchCooldown:     cfg.FetchCooldown,
-		Middleware:        middleware(cfg),
+		Schema: store.Schema(),
+		// Every worker gives its job's timeout; River's JobTimeout is only
+		// its fallback, and must not exceed RescueStuckJobsAfter.
+		JobTimeout:           longest,
+		RescueStuckJobsAfter: rescueAfter,
+		Logger:               slog.New(warnings{cfg.Logger.Handler()}),
+		Workers:              workers,
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		PeriodicJobs:         periodic,
+		MaxAttempts:          cfg.MaxAttempts,
+		RetryPolicy:          backoff(cfg.Backoff),
+		FetchPollInterval:    cfg.PollInterval,
+		FetchCooldown:        cfg.FetchCooldown,
+		Middleware:           middleware(cfg),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
@@ -264,6 +309,8 @@ func (j Job) validate() error {
 		return fmt.Errorf("jobs: job %q has no Work", j.Name)
 	case j.MaxAttempts < 0:
 		return fmt.Errorf("jobs: job %q: MaxAttempts is negative", j.Name)
+	case j.Timeout < 0:
+		return fmt.Errorf("jobs: job %q: Timeout is negative", j.Name)
 	}
 	if j.Schedule != "" {
 		if _, err := cron.ParseStandard(j.Schedule); err != nil {
@@ -416,7 +463,9 @@ func (w *worker) work(ctx context.Context, j *river.Job[envelope]) error {
 	return w.job.Work(ctx, Run{ID: j.ID, Name: j.Kind, Args: j.Args.Args, Attempt: j.Attempt, ScheduledAt: j.ScheduledAt, Cause: j.Args.Cause, Event: j.Args.Event})
 }
 
-func (w *worker) Timeout(*river.Job[envelope]) time.Duration { return w.job.Timeout }
+// Timeout is the attempt's deadline: River cancels Work's context at it and
+// fails the attempt.
+func (w *worker) Timeout(*river.Job[envelope]) time.Duration { return w.job.timeout() }
 
 // backoffPolicy is River's retry policy on Config.Backoff, with jitter.
 type backoffPolicy struct{ delay func(int) time.Duration }

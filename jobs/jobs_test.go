@@ -94,6 +94,7 @@ func TestJobValidation(t *testing.T) {
 		{jobs.Job{Name: "Bad Name", Work: noop}, "lowercase"},
 		{jobs.Job{Name: "no-work"}, "no Work"},
 		{jobs.Job{Name: "bad-cron", Work: noop, Schedule: "every day"}, "schedule"},
+		{jobs.Job{Name: "bad-timeout", Work: noop, Timeout: -time.Second}, `job "bad-timeout": Timeout is negative`},
 	} {
 		_, err := jobs.New(db.Store, jobs.Config{}, tc.job)
 		require.ErrorContains(t, err, tc.want)
@@ -104,6 +105,14 @@ func TestJobValidation(t *testing.T) {
 		_, err := jobs.New(db.Store, cfg, jobs.Job{Name: "once", Work: noop})
 		require.ErrorContains(t, err, "Config.FetchCooldown")
 	}
+	_, err = jobs.New(db.Store, jobs.Config{RescueAfter: -time.Second}, jobs.Job{Name: "once", Work: noop})
+	require.ErrorContains(t, err, "Config.RescueAfter is negative")
+	// A rescue time shorter than a job's timeout would retry attempts that
+	// still run; the default timeout is a minute.
+	_, err = jobs.New(db.Store, jobs.Config{RescueAfter: 30 * time.Second}, jobs.Job{Name: "quick", Work: noop, Timeout: time.Second}, jobs.Job{Name: "slow", Work: noop})
+	require.ErrorContains(t, err, `Config.RescueAfter (30s) is shorter than the timeout of job "slow" (1m0s)`)
+	_, err = jobs.New(db.Store, jobs.Config{RescueAfter: time.Minute}, jobs.Job{Name: "slow", Work: noop})
+	require.NoError(t, err, "RescueAfter may equal the longest timeout")
 }
 
 // A job enqueued in a write transaction exists only if the write commits,

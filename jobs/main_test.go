@@ -12,5 +12,9 @@ func TestMain(m *testing.M) {
 		runChildDispatcher(url) // a subprocess of TestEventJobsSurviveSIGKILL
 		return
 	}
+	if url := os.Getenv(childWorkerEnv); url != "" {
+		runChildWorker(url) // a subprocess of TestCrashedProcessesJobIsRescued
+		return
+	}
 	goleak.VerifyTestMain(m)
 }

@@ -147,7 +147,7 @@ func (a *App) wire() error {
 	}
 	if p.Executor, err = pipeline.New(p.Registry, p.Store, pipeline.Config{
 		Logger: cfg.Logger, Metrics: p.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
-		Jobs:           jobs.Config{Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider},
+		Jobs:           jobs.Config{Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider, RescueAfter: cfg.JobRescueAfter},
 		TracerProvider: cfg.TracerProvider,
 	}); err != nil {
 		return err

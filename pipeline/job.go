@@ -26,8 +26,9 @@ func (d *Executor) newJobs(cfg jobs.Config) (*jobs.Runner, error) {
 	var defs []jobs.Job
 	for _, j := range d.reg.Jobs() {
 		defs = append(defs, jobs.Job{
-			Name: j.Name(), On: j.On(), Schedule: j.Schedule(), MaxAttempts: j.MaxAttempts(), UniqueFor: j.UniqueFor(), Exclusive: j.Exclusive(),
-			Work: func(ctx context.Context, run jobs.Run) error { return d.runJob(ctx, j, run) },
+			Name: j.Name(), On: j.On(), Schedule: j.Schedule(), MaxAttempts: j.MaxAttempts(), UniqueFor: j.UniqueFor(), Timeout: j.Timeout(),
+			Exclusive: j.Exclusive(),
+			Work:      func(ctx context.Context, run jobs.Run) error { return d.runJob(ctx, j, run) },
 		})
 	}
 	if len(defs) == 0 {

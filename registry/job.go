@@ -45,6 +45,9 @@ func (j *Job) MaxAttempts() int { return j.def.MaxAttempts }
 // UniqueFor is the job's uniqueness window; 0 = not unique.
 func (j *Job) UniqueFor() time.Duration { return j.def.UniqueFor }
 
+// Timeout bounds one attempt of the job; 0 = the default (one minute).
+func (j *Job) Timeout() time.Duration { return j.def.Timeout }
+
 // Exclusive reports whether at most one run of the job works at a time.
 func (j *Job) Exclusive() bool { return j.def.Exclusive }
 
@@ -101,8 +104,8 @@ func (b *builder) job(feat string, def spec.Job) {
 			bad("OnEvent names %q, which no feature defines", ev)
 		}
 	}
-	if def.MaxAttempts < 0 || def.UniqueFor < 0 {
-		bad("JobAttempts and UniqueFor must not be negative")
+	if def.MaxAttempts < 0 || def.UniqueFor < 0 || def.Timeout < 0 {
+		bad("JobAttempts, UniqueFor and JobTimeout must not be negative")
 	}
 	if !ok {
 		return
