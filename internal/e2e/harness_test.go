@@ -608,3 +608,13 @@ func (s *stream) close() {
 	s.cancel()
 	<-s.done
 }
+
+// newE2EApp deploys e2eapp's fault feature with the table its jobs write
+// their runs to.
+func newE2EApp(t testing.TB, env ...string) *app {
+	t.Helper()
+	a := newApp(t, "e2eapp", env...)
+	a.db.Exec(t, `CREATE TABLE e2e_job_runs (job text NOT NULL, key text NOT NULL, pid int NOT NULL, attempt int NOT NULL,
+		ran_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	return a
+}

@@ -108,9 +108,11 @@ func (f faults) feature() *feature.Feature {
 		r.DefineEvent("e2e.ping", Ping{})
 		feature.HandleCommand(r, "e2e.burst", feature.Roles("User"), burst)
 		feature.HandleCommand(r, "e2e.schedule", feature.Roles("User"), schedule)
-		r.Job("e2e.work", Ping{}, f.work, feature.OnEvent("e2e.ping"))
-		r.Job("e2e.at", AtArgs{}, f.at)
-		r.Job("e2e.tick", Tick{}, f.tick, feature.Cron("@every 1s"))
+		// Short timeouts, so that the suite may set KUMIKO_JOB_RESCUE_AFTER
+		// to a few seconds (it must not be shorter than any job's).
+		r.Job("e2e.work", Ping{}, f.work, feature.OnEvent("e2e.ping"), feature.JobTimeout(2*time.Second))
+		r.Job("e2e.at", AtArgs{}, f.at, feature.JobTimeout(2*time.Second))
+		r.Job("e2e.tick", Tick{}, f.tick, feature.Cron("@every 1s"), feature.JobTimeout(2*time.Second))
 	})
 }
 
