@@ -18,6 +18,7 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/lifecycle"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -95,6 +96,7 @@ type Service struct {
 
 	stopSweep context.CancelFunc // of the inbox sweep, while started
 	swept     chan struct{}      // closed when the sweep has stopped
+	running   lifecycle.Work     // the handlers running, by handler and message
 }
 
 // New returns the integration service of the executor's app. It touches
@@ -218,12 +220,14 @@ func (s *Service) types() []string {
 // receives nothing: the relay delivers. Over RabbitMQ it first unbinds the
 // app's queue from the contracts its previous start bound and the app no
 // longer handles (kumiko_integration_bindings remembers them), so the
-// queue is bound to exactly the contracts handled.
+// queue is bound to exactly the contracts handled. ctx bounds only the
+// start: the transport's receiving and the sweep run until Stop.
 func (s *Service) Start(ctx context.Context) error {
 	if err := s.startTransport(ctx); err != nil {
 		return err
 	}
 	if len(s.handlers) > 0 && s.cfg.InboxRetention > 0 && s.stopSweep == nil {
+		// The sweep outlives the start call (see lifecycle).
 		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		s.stopSweep, s.swept = cancel, make(chan struct{})
 		go func(done chan struct{}) {
@@ -272,21 +276,26 @@ func (s *Service) startTransport(ctx context.Context) error {
 	})
 }
 
-// Stop stops the inbox sweep and the transport.
+// Stop stops the inbox sweep and the transport (see Rabbit.Stop), then
+// waits until ctx ends for the handlers still running — in process, the
+// relay's pass runs them, and the dispatcher's Stop cancels it. It returns
+// an error wrapping ctx's that names the handlers it gave up on: their
+// transactions roll back with their inbox rows, so the message is
+// delivered to them again.
 func (s *Service) Stop(ctx context.Context) error {
+	var errs []error
 	if s.stopSweep != nil {
 		s.stopSweep()
 		s.stopSweep = nil
-		select {
-		case <-s.swept:
-		case <-ctx.Done():
-			return ctx.Err()
+		if !lifecycle.Await(ctx, s.swept, nil) {
+			errs = append(errs, fmt.Errorf("integration: the inbox sweep did not stop: %w", ctx.Err()))
 		}
 	}
-	if s.cfg.Transport == nil {
-		return nil
+	if s.cfg.Transport != nil {
+		errs = append(errs, s.cfg.Transport.Stop(ctx))
 	}
-	return s.cfg.Transport.Stop(ctx)
+	errs = append(errs, s.running.Drain(ctx, "integration: abandoned the running handlers", nil))
+	return errors.Join(errs...)
 }
 
 // Handle runs every handler of m that has not handled it yet, each in its
@@ -359,6 +368,7 @@ func unknownVersion(err error) bool { return errors.Is(err, eventstore.ErrUnknow
 // row first, under a consumer span that is a child of the publisher's: ran
 // is false when h had handled m before.
 func (s *Service) runHandler(ctx context.Context, h registry.IntegrationHandler, m feature.Message) (ran bool, err error) {
+	defer s.running.Begin(h.Name + " (message " + m.ID.String() + ")")()
 	ctx, span := s.startHandle(ctx, h.Name, m)
 	defer func() {
 		if err == nil && !ran {

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/lifecycle"
 )
 
 // Defaults of RabbitConfig.
@@ -71,9 +72,13 @@ type Rabbit struct {
 	pubConn *amqp.Connection
 	pubCh   *amqp.Channel
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	mu sync.Mutex
+	// cancel ends receiving (a stop begins); cancelDeliveries the contexts
+	// of the handlers running (the stop gives up on them).
+	cancel, cancelDeliveries context.CancelFunc
+	recvConn                 *amqp.Connection // the receiver's, while it has one
+	wg                       sync.WaitGroup
+	deliveries               lifecycle.Work // the deliveries being handled
 }
 
 var _ Transport = (*Rabbit)(nil)
@@ -236,7 +241,8 @@ func message(d amqp.Delivery) (feature.Message, error) {
 // queue and bindings for types, then consumes it until Stop, reconnecting
 // whenever the connection or channel is lost. With no types it only
 // publishes. It returns the error of the first declaration, so a broker
-// that is not there fails the app's start.
+// that is not there fails the app's start. ctx bounds only the start:
+// receiving, and the handlers' contexts, last until Stop.
 func (r *Rabbit) Start(ctx context.Context, types []string, handle func(context.Context, feature.Message) error) error {
 	if len(types) == 0 {
 		return nil
@@ -252,11 +258,12 @@ func (r *Rabbit) Start(ctx context.Context, types []string, handle func(context.
 		return errors.New("rabbitmq: already started")
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel = cancel
+	workCtx, cancelDeliveries := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel, r.cancelDeliveries = cancel, cancelDeliveries
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.receive(runCtx, types, conn, ch, handle)
+		r.receive(runCtx, workCtx, types, conn, ch, handle)
 	}()
 	return nil
 }
@@ -334,14 +341,22 @@ func (r *Rabbit) unbind(types []string) error {
 	return nil
 }
 
-// receive consumes until ctx ends, reopening the connection after a loss.
-func (r *Rabbit) receive(ctx context.Context, types []string, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) {
+// receive consumes until ctx ends, reopening the connection after a loss;
+// handlers run on work. When ctx ends it leaves the connection open for
+// Stop, which closes it once the handlers running have settled their
+// messages.
+func (r *Rabbit) receive(ctx, work context.Context, types []string, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) {
 	var ceiling time.Duration
 	for {
 		if conn != nil {
-			if err := r.consume(ctx, conn, ch, handle); err != nil && ctx.Err() == nil {
+			r.setReceiver(conn)
+			if err := r.consume(ctx, work, conn, ch, handle); err != nil && ctx.Err() == nil {
 				r.cfg.Logger.Warn("rabbitmq: receiving stopped; reconnecting", "queue", r.cfg.Queue, "err", err)
 			}
+			if ctx.Err() != nil {
+				return
+			}
+			r.setReceiver(nil)
 			_ = conn.Close()
 			conn = nil
 		}
@@ -357,39 +372,64 @@ func (r *Rabbit) receive(ctx context.Context, types []string, conn *amqp.Connect
 			r.cfg.Logger.Warn("rabbitmq: reconnect failed", "queue", r.cfg.Queue, "err", err)
 			continue
 		}
+		if ctx.Err() != nil { // stopped while connecting
+			_ = conn.Close()
+			return
+		}
 		ceiling = 0
 	}
 }
 
-// consume handles deliveries, up to Prefetch at once, until the channel
-// closes or ctx ends; it waits for the handlers it started.
-func (r *Rabbit) consume(ctx context.Context, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) error {
+// setReceiver records the receiver's connection for Stop to close.
+func (r *Rabbit) setReceiver(conn *amqp.Connection) {
+	r.mu.Lock()
+	r.recvConn = conn
+	r.mu.Unlock()
+}
+
+// consume handles deliveries on work, up to Prefetch at once, until the
+// channel closes or ctx ends. After a loss it waits for the handlers it
+// started (or for ctx) before it returns, so that a new connection never
+// runs more than Prefetch at once; when ctx ends it returns at once, and
+// Stop waits for them.
+func (r *Rabbit) consume(ctx, work context.Context, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) error {
 	deliveries, err := ch.ConsumeWithContext(ctx, r.cfg.Queue, "", false, false, false, false, nil)
 	if err != nil {
 		return err
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	var inflight sync.WaitGroup
-	defer inflight.Wait()
+	lost := func(err error) error {
+		select {
+		case <-lifecycle.Done(&inflight):
+		case <-ctx.Done():
+		}
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case err := <-closed:
 			if err == nil {
-				return errors.New("connection closed")
+				return lost(errors.New("connection closed"))
 			}
-			return err
+			return lost(err)
 		case d, ok := <-deliveries:
 			if !ok {
-				return errors.New("delivery channel closed")
+				if ctx.Err() != nil {
+					return nil
+				}
+				return lost(errors.New("delivery channel closed"))
 			}
 			inflight.Add(1)
+			end := r.deliveries.Begin("message " + d.Type + " " + d.MessageId)
 			go func() {
 				defer inflight.Done()
-				// Stop lets a started handler finish and settle its
-				// message rather than count a failure against it.
-				r.deliver(context.WithoutCancel(ctx), d, handle)
+				defer end()
+				// Stop lets a started handler finish and settle its message
+				// until its deadline, and cancels work only then.
+				r.deliver(work, d, handle)
 			}()
 		}
 	}
@@ -461,25 +501,35 @@ func (r *Rabbit) keepDead(ctx context.Context, d amqp.Delivery, cause error) err
 	})
 }
 
-// Stop stops receiving, waits for the handlers running, and closes the
-// connections.
+// Stop stops receiving at once and waits until ctx ends for the handlers
+// running to settle their messages. When ctx ends first it cancels their
+// contexts, waits until lifecycle.GiveUp(ctx), and returns an error
+// wrapping ctx's that names the messages it gave up on. Either way it then
+// closes the connections: the broker returns a message whose handler did
+// not settle it to the queue, to be delivered again (the inbox skips the
+// handlers that had committed).
 func (r *Rabbit) Stop(ctx context.Context) error {
 	r.mu.Lock()
-	cancel := r.cancel
+	cancel, cancelDeliveries := r.cancel, r.cancelDeliveries
 	r.cancel = nil
 	r.mu.Unlock()
+	var err error
 	if cancel != nil {
 		cancel()
-		done := make(chan struct{})
-		go func() { r.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return ctx.Err()
+		err = r.deliveries.Drain(ctx, "rabbitmq: abandoned the handling of", cancelDeliveries)
+		if !lifecycle.Await(ctx, lifecycle.Done(&r.wg), cancelDeliveries) {
+			err = errors.Join(err, fmt.Errorf("rabbitmq: the receiver did not stop: %w", ctx.Err()))
 		}
+		cancelDeliveries()
+		r.mu.Lock()
+		if r.recvConn != nil {
+			_ = r.recvConn.Close()
+			r.recvConn = nil
+		}
+		r.mu.Unlock()
 	}
 	r.pubMu.Lock()
 	r.dropPublisher()
 	r.pubMu.Unlock()
-	return nil
+	return err
 }
