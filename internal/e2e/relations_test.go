@@ -1,0 +1,47 @@
+package e2e_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// The relations sample's multi-stream projection, with two serve processes
+// and a worker on one database: tasks written through one process are
+// counted under their project in the answer of another.
+func TestMultiStreamProjection(t *testing.T) {
+	t.Parallel()
+	a := newApp(t, "relations")
+	writer, reader := a.serve(t, "relations-a"), a.serve(t, "relations-b")
+	a.worker(t, "relations-w")
+	tenant := uuid.New()
+	mia := a.as(t, writer, tenant, "mia", "Member")
+	noah := a.as(t, reader, tenant, "noah", "Member")
+
+	project := ok[entity](mia.write("project.create", map[string]any{"name": "Docs"}))
+	var tasks []entity
+	for _, title := range []string{"Quickstart", "Guides", "Reference"} {
+		tasks = append(tasks, ok[entity](mia.write("task.create", map[string]any{"project": project.ID, "title": title})))
+	}
+	ok[entity](mia.write("task.update", map[string]any{"id": tasks[0].ID, "version": 1, "changes": map[string]any{"done": true}}))
+	ok[entity](mia.write("task.delete", map[string]any{"id": tasks[2].ID, "version": 1}))
+
+	type progress struct {
+		Project uuid.UUID `json:"project"`
+		Tasks   int       `json:"tasks"`
+		Done    int       `json:"done"`
+	}
+	want := progress{Project: project.ID, Tasks: 2, Done: 1}
+	waitFor(t, 20*time.Second, "the other process answers the projected progress", func() (bool, string) {
+		got := ok[progress](noah.query("project.progress", map[string]any{"id": project.ID}))
+		return got == want, fmt.Sprintf("%+v", got)
+	})
+	require.Equal(t, 2, a.db.Count(t, "SELECT count(*) FROM project_tasks WHERE tenant_id = $1 AND project_id = $2", tenant, project.ID))
+	var head, cursor int
+	head = a.db.Count(t, "SELECT max(id)::int FROM kumiko_events")
+	cursor = a.db.Count(t, "SELECT last_processed_event_id::int FROM kumiko_event_consumers WHERE name = 'project_tasks' AND instance_id = '__shared__'")
+	require.GreaterOrEqual(t, cursor, head, "one shared shard, caught up")
+}
