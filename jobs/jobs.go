@@ -51,6 +51,8 @@ type Job struct {
 	Name string
 	// Work does the job. Its error fails the attempt; the job is retried
 	// until MaxAttempts. Wrap an error with river.JobCancel to stop retrying.
+	// A Work that writes in a transaction of its own calls
+	// Run.CompleteTx last in it, so that the writes commit exactly once.
 	Work func(ctx context.Context, run Run) error
 	// On names the event types that enqueue the job; the event's payload is
 	// the job's Args.
@@ -113,6 +115,47 @@ type Run struct {
 	Cause       Cause
 	// Event is the triggering event's id; 0 for jobs not caused by one.
 	Event int64
+
+	job  *river.Job[envelope] // River's job of the attempt; nil in a Run not made by a worker
+	lock string               // lockAttemptSQL
+}
+
+// ErrNotRunning is returned by Run.CompleteTx when the job no longer runs
+// in the Run's attempt: the leader took it for held by a dead process
+// (Config.RescueAfter) and another attempt has it or finished it, or an
+// operator cancelled it. The attempt's transaction must roll back.
+var ErrNotRunning = errors.New("jobs: the job no longer runs in this attempt")
+
+// CompleteTx marks the job completed in tx, the attempt's own transaction,
+// so that the completion commits with the attempt's writes in tx or not at
+// all: a crash between the commit and River's own completion can no longer
+// run the writes twice. Call it last in tx, then commit tx and return nil
+// (an error returned after the commit changes nothing). ctx must be Work's
+// context or one derived from it.
+//
+// It locks the job's row first and refuses with ErrNotRunning when the job
+// no longer runs in this attempt, so of two attempts of one job — a
+// rescued job run again while the attempt it was taken from still works —
+// at most one commits its writes. Writes outside tx (a mail sent, an HTTP
+// call) are not covered: they happen at least once.
+func (r Run) CompleteTx(ctx context.Context, tx pgx.Tx) error {
+	if r.job == nil {
+		return fmt.Errorf("jobs: complete %s (id %d): not a worker's attempt", r.Name, r.ID)
+	}
+	var mine bool
+	err := tx.QueryRow(ctx, r.lock, r.ID, r.Attempt).Scan(&mine)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows): // deleted by an operator
+	case err != nil:
+		return fmt.Errorf("jobs: complete %s (id %d): %w", r.Name, r.ID, err)
+	}
+	if !mine {
+		return fmt.Errorf("%w: %s (id %d, attempt %d)", ErrNotRunning, r.Name, r.ID, r.Attempt)
+	}
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, r.job); err != nil {
+		return fmt.Errorf("jobs: complete %s (id %d): %w", r.Name, r.ID, err)
+	}
+	return nil
 }
 
 // envelope is the River job args of every kumiko job; its kind is the job's
@@ -264,6 +307,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 	}
 	r := &Runner{jobs: make(map[string]Job, len(jobs)), cfg: cfg, store: store, running: &running{}}
 	workers := river.NewWorkers()
+	lock := lockAttemptSQL(store.Schema())
 	var periodic []*river.PeriodicJob
 	for _, j := range jobs {
 		if _, dup := r.jobs[j.Name]; dup {
@@ -271,7 +315,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 		}
 		r.jobs[j.Name] = j
 		// One Go args type serves every job; its kind is the job's name.
-		river.AddWorkerArgs(workers, envelope{kind: j.Name}, &worker{job: j, locker: cfg.Locker, log: cfg.Logger, running: r.running})
+		river.AddWorkerArgs(workers, envelope{kind: j.Name}, &worker{job: j, locker: cfg.Locker, log: cfg.Logger, running: r.running, lock: lock})
 		if j.Schedule != "" {
 			sched, _ := cron.ParseStandard(j.Schedule) // checked by validate
 			periodic = append(periodic, river.NewPeriodicJob(sched, func() (river.JobArgs, *river.InsertOpts) {
@@ -429,6 +473,7 @@ type worker struct {
 	locker  lock.Locker
 	log     *slog.Logger
 	running *running
+	lock    string // lockAttemptSQL of the store's schema
 }
 
 func (w *worker) Work(ctx context.Context, j *river.Job[envelope]) error {
@@ -460,7 +505,8 @@ func (w *worker) Work(ctx context.Context, j *river.Job[envelope]) error {
 }
 
 func (w *worker) work(ctx context.Context, j *river.Job[envelope]) error {
-	return w.job.Work(ctx, Run{ID: j.ID, Name: j.Kind, Args: j.Args.Args, Attempt: j.Attempt, ScheduledAt: j.ScheduledAt, Cause: j.Args.Cause, Event: j.Args.Event})
+	return w.job.Work(ctx, Run{ID: j.ID, Name: j.Kind, Args: j.Args.Args, Attempt: j.Attempt, ScheduledAt: j.ScheduledAt, Cause: j.Args.Cause, Event: j.Args.Event,
+		job: j, lock: w.lock})
 }
 
 // Timeout is the attempt's deadline: River cancels Work's context at it and

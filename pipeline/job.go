@@ -21,7 +21,9 @@ var ErrNoJobs = errors.New("pipeline: the application declares no jobs")
 func (d *Executor) Jobs() *jobs.Runner { return d.jobs }
 
 // newJobs builds the runner of the registry's jobs: each runs its handler in
-// a transaction of its own, in the tenant and as the user of its cause.
+// a transaction of its own, in the tenant and as the user of its cause, and
+// the job's completion commits in that transaction (jobs.Run.CompleteTx):
+// its database writes happen exactly once.
 func (d *Executor) newJobs(cfg jobs.Config) (*jobs.Runner, error) {
 	var defs []jobs.Job
 	for _, j := range d.reg.Jobs() {
@@ -54,7 +56,11 @@ func (d *Executor) runJob(ctx context.Context, j *registry.Job, run jobs.Run) er
 			attempt:        run.Attempt,
 			event:          run.Event,
 		}
-		return j.Run(jc, run.Args)
+		if err := j.Run(jc, run.Args); err != nil {
+			return err
+		}
+		// The job's completion commits with its writes, or neither does.
+		return run.CompleteTx(ctx, tx)
 	})
 	if err != nil {
 		return err
