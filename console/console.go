@@ -3,6 +3,8 @@
 // dispatcher's consumer shards, the projections, the event log and an
 // aggregate's timeline, and act on them (restart, skip, disable, enable a
 // shard; rebuild a projection), with live updates over server-sent events.
+// Its jobs page says whether any process works the app's jobs and warns of
+// jobs waiting past their time, above River's UI.
 //
 // Everything the browser loads is embedded in the binary: Go templates, one
 // hand-written script and one style sheet; nothing is built and nothing is
@@ -72,10 +74,15 @@ type Config struct {
 	// JobsUI, when set, is served under Prefix+"/jobs" to signed-in
 	// operators (River's UI, jobs.UIPath): by bearer token, or by the
 	// session cookie with its writes accepted only from the console's own
-	// origin (the UI's script cannot send the CSRF token).
+	// origin (the UI's script cannot send the CSRF token). The jobs page
+	// (Prefix+"/jobs-status") frames it; no other site may.
 	JobsUI http.Handler
-	// JobsRunner, when set, adds the jobs not yet done, per state, to the
-	// integration page's queue depths.
+	// JobsRunner, when set, gives the jobs page its status line (whether
+	// any process works the jobs, and the jobs waiting more than
+	// jobs.OverdueAfter past their time, from jobs.Runner.Health; also as
+	// JSON under Prefix+"/jobs-status/data"), and adds the jobs not yet
+	// done, per state, to the integration page's queue depths. It need not
+	// be started: the page tells about every process of the app.
 	JobsRunner *jobs.Runner
 	// DeadLetters, when set, lists the integration messages the app's
 	// handlers failed on every attempt on the integration page, to retry or
@@ -155,7 +162,12 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
-	if !strings.HasPrefix(r.URL.Path, c.cfg.Prefix+"/jobs") {
+	if p := r.URL.Path; p == c.cfg.Prefix+"/jobs" || strings.HasPrefix(p, c.cfg.Prefix+"/jobs/") {
+		// River's UI, framed by the console's jobs page and by no other
+		// site; its scripts and styles are its own business.
+		h.Set("X-Frame-Options", "SAMEORIGIN")
+		h.Set("Content-Security-Policy", "frame-ancestors 'self'")
+	} else {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	}
@@ -188,6 +200,13 @@ func (c *Console) routes() *http.ServeMux {
 	m.Handle("GET "+p+"/integration", c.page(c.render("integration", "Integration and jobs")))
 	m.Handle("GET "+p+"/integration/live", c.page(c.live(c.integrationState)))
 	m.Handle("POST "+p+"/integration/{op}", c.action(c.deadAction))
+	if c.hasJobsPage() {
+		m.Handle("GET "+p+jobsPage, c.page(c.jobsPage))
+	}
+	if c.cfg.JobsRunner != nil {
+		m.Handle("GET "+p+jobsPage+"/live", c.page(c.live(c.jobsState)))
+		m.Handle("GET "+p+jobsPage+"/data", c.page(c.jobsData))
+	}
 	if c.cfg.JobsUI != nil {
 		jobs := c.page(func(w http.ResponseWriter, r *http.Request, _ session) { c.cfg.JobsUI.ServeHTTP(w, r) })
 		guarded := c.guarded(c.cfg.JobsUI)

@@ -26,16 +26,22 @@ type view struct {
 	Error  string
 	Next   string
 	Vars   map[string]string
-	// Jobs: the jobs UI is mounted.
+	// Jobs: the app has jobs, and the console its jobs page.
 	Jobs bool
+	// JobsPage is the jobs page's state; nil on the other pages.
+	JobsPage *jobsView
+}
+
+// view is the view of page name, titled title, for s.
+func (c *Console) view(r *http.Request, s session, name, title string) view {
+	return view{Title: title, Page: name, Prefix: c.cfg.Prefix, CSRF: s.csrf, User: s.user.ID, Jobs: c.hasJobsPage(),
+		Vars: map[string]string{"type": r.PathValue("type"), "id": r.PathValue("id")}}
 }
 
 // render serves the page template name.
 func (c *Console) render(name, title string) func(http.ResponseWriter, *http.Request, session) {
 	return func(w http.ResponseWriter, r *http.Request, s session) {
-		v := view{Title: title, Page: name, Prefix: c.cfg.Prefix, CSRF: s.csrf, User: s.user.ID, Jobs: c.cfg.JobsUI != nil,
-			Vars: map[string]string{"type": r.PathValue("type"), "id": r.PathValue("id")}}
-		c.execute(w, http.StatusOK, name, v)
+		c.execute(w, http.StatusOK, name, c.view(r, s, name, title))
 	}
 }
 

@@ -38,10 +38,12 @@
       });
     });
   }
-  // live keeps render fed from the SSE stream at path.
-  function live(path, render) {
+  // live keeps render fed from the SSE stream at path; lost, if given,
+  // learns that the stream broke (the browser reconnects on its own).
+  function live(path, render, lost) {
     var src = new EventSource(prefix + path);
     src.onmessage = function (m) { render(JSON.parse(m.data)); };
+    if (lost) { src.onerror = lost; }
     window.addEventListener("pagehide", function () { src.close(); });
   }
   // rows keeps the rows of tb in step with items, one per key: a new key
@@ -280,6 +282,32 @@
       }, v.hasDead ? "No dead messages." : "The app has no integration events.");
   }
 
+  // text sets the text of the element id only when it changed: the jobs
+  // status is a live region, announced on every change.
+  function text(id, t) {
+    var e = document.getElementById(id);
+    if (e.textContent !== t) { e.textContent = t; }
+    return e;
+  }
+  function para(id, t, cls) {
+    var p = text(id, t || "");
+    p.hidden = !t;
+    if (cls && p.className !== cls) { p.className = cls; }
+  }
+  function jobs(st) {
+    document.getElementById("jobs-status").dataset.level = st.level;
+    var line = document.getElementById("jobs-line"), cls = st.live ? "ok" : "warning";
+    if (line.className !== cls) { line.className = cls; }
+    text("jobs-line-text", st.line);
+    text("jobs-detail", st.detail || "");
+    para("jobs-overdue", st.overdueText, st.live ? "note" : "warning");
+    para("jobs-paused", st.pausedText);
+  }
+  function jobsLost() {
+    jobs({ level: "unknown", live: false, line: "The status is not current.", detail: "The console is reconnecting." });
+  }
+
+  if (page === "jobs" && document.getElementById("jobs-status")) { live("/jobs-status/live", jobs, jobsLost); }
   if (page === "integration") { live("/integration/live", integration); }
   if (page === "consumers") { live("/consumers/live", consumers); }
   if (page === "projections") { live("/projections/live", projections); }
