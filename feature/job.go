@@ -64,8 +64,13 @@ func Cron(expr string) JobOption { return JobOption{apply: func(j *spec.Job) { j
 // (default 10); retries back off exponentially with jitter.
 func JobAttempts(n int) JobOption { return JobOption{apply: func(j *spec.Job) { j.MaxAttempts = n }} }
 
-// UniqueFor makes enqueueing the job with the same args and cause a no-op
-// while such a job is pending or running, or finished less than d ago.
+// UniqueFor makes enqueueing the job a no-op while a job of the same name
+// and args exists in the same tenant, scheduled in the same d-long window
+// (its run-at time truncated to a multiple of d), and was not cancelled or
+// discarded. Args compare as JSON values (key order aside). The tenant
+// always counts, so tenants never dedupe each other; the user and the
+// causing request or event do not, so two saves asking for one job get
+// one. Put anything else that tells two jobs apart into the args.
 func UniqueFor(d time.Duration) JobOption {
 	return JobOption{apply: func(j *spec.Job) { j.UniqueFor = d }}
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -71,6 +72,9 @@ func (r *Runner) prepare(name string, args any, o Options) (envelope, *river.Ins
 		return envelope{}, nil, fmt.Errorf("%w %q", ErrUnknownJob, name)
 	}
 	raw, err := encodeArgs(args)
+	if err == nil && j.UniqueFor > 0 {
+		raw, err = canonical(raw)
+	}
 	if err != nil {
 		return envelope{}, nil, fmt.Errorf("jobs: enqueue %s: %w", name, err)
 	}
@@ -97,6 +101,26 @@ func encodeArgs(args any) (json.RawMessage, error) {
 	return raw, nil
 }
 
+// canonical is the JSON value raw in one encoding for all equal values:
+// object keys sorted at every depth, no spacing, numbers as written. An
+// event's payload read from jsonb and a struct encoded by encoding/json
+// order keys differently; a unique job's args must not.
+func canonical(raw json.RawMessage) (json.RawMessage, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("args: %w", err)
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("args: %w", err)
+	}
+	return out, nil
+}
+
+// insertOpts are River's insert options of job j. A unique job's key is by
+// kind, period and the envelope's fields tagged river:"unique".
 func (r *Runner) insertOpts(j Job, o Options) *river.InsertOpts {
 	opts := &river.InsertOpts{MaxAttempts: j.MaxAttempts, ScheduledAt: o.RunAt}
 	if j.UniqueFor > 0 {
@@ -142,14 +166,29 @@ func (r *Runner) Consumer() (c consumer.Consumer, ok bool) {
 		HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
 			plain := make([]river.InsertManyParams, 0, len(evs))
 			var unique []river.InsertManyParams
+			var seen map[string]bool // the unique jobs of this pass
 			for _, ev := range evs {
 				for _, t := range byType[ev.Type] {
-					p := river.InsertManyParams{Args: eventEnvelope(t.job, ev), InsertOpts: t.opts}
-					if t.job.UniqueFor > 0 {
-						unique = append(unique, p)
-					} else {
-						plain = append(plain, p)
+					env := eventEnvelope(t.job, ev)
+					if t.job.UniqueFor == 0 {
+						plain = append(plain, river.InsertManyParams{Args: env, InsertOpts: t.opts})
+						continue
 					}
+					var err error
+					if env.Args, err = canonical(env.Args); err != nil {
+						return fmt.Errorf("jobs: event %d: job %s: %w", ev.ID, t.job.Name, err)
+					}
+					// River's unique insert refuses one key twice in one
+					// statement: the duplicates of a pass are dropped here.
+					key := env.kind + "\x00" + env.Cause.TenantID.String() + "\x00" + string(env.Args)
+					if seen[key] {
+						continue
+					}
+					if seen == nil {
+						seen = map[string]bool{}
+					}
+					seen[key] = true
+					unique = append(unique, river.InsertManyParams{Args: env, InsertOpts: t.opts})
 				}
 			}
 			// Jobs without uniqueness go in by COPY, the others by River's

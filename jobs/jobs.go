@@ -62,9 +62,15 @@ type Job struct {
 	Schedule string
 	// MaxAttempts before the job is discarded; default Config.MaxAttempts.
 	MaxAttempts int
-	// UniqueFor, when positive, makes a job with the same args and cause a
-	// no-op while another one is pending, running or retrying, or finished
-	// less than UniqueFor ago.
+	// UniqueFor, when positive, makes enqueueing the job a no-op (Enqueued
+	// .Duplicate) while a job of the same name, tenant and args exists,
+	// scheduled in the same UniqueFor-long window of time (its scheduled
+	// time truncated to a multiple of UniqueFor), that was not cancelled or
+	// discarded. Args count as JSON values: key order and spacing aside.
+	// The tenant always counts, so two tenants never dedupe each other; the
+	// rest of the cause (user, correlation and causation ids) and the
+	// triggering event do not, so that two writes asking for one job get
+	// one. Put what else should tell jobs apart into the args.
 	UniqueFor time.Duration
 	// Timeout bounds one attempt; default DefaultTimeout. At the timeout
 	// the attempt's context is cancelled and the attempt fails like any
@@ -90,7 +96,8 @@ var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_.-]*[a-z0-9]$`)
 // Cause is who and what a job runs for: the job acts as this user in this
 // tenant, and events it appends carry the correlation and causation ids.
 type Cause struct {
-	TenantID uuid.UUID `json:"tenantId"`
+	// TenantID is part of a unique job's identity (Job.UniqueFor).
+	TenantID uuid.UUID `json:"tenantId" river:"unique"`
 	UserID   string    `json:"userId,omitempty"`
 	// CorrelationID is inherited from the request or event that caused the
 	// job.
@@ -159,10 +166,13 @@ func (r Run) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 }
 
 // envelope is the River job args of every kumiko job; its kind is the job's
-// name.
+// name. The fields tagged river:"unique" (Args and Cause.TenantID) are what
+// River's unique key of a unique job covers, besides the kind and the
+// period; a unique job's Args are canonical JSON, so that equal values
+// give one key.
 type envelope struct {
 	kind  string
-	Args  json.RawMessage `json:"args"`
+	Args  json.RawMessage `json:"args" river:"unique"`
 	Cause Cause           `json:"cause"`
 	Event int64           `json:"event,omitempty"`
 }

@@ -401,3 +401,75 @@ func TestMetrics(t *testing.T) {
 kumiko_job_attempts_total{job="count-me",outcome="ok"} 1
 `), "kumiko_job_attempts_total"))
 }
+
+var tenantB = uuid.MustParse("0190b000-0000-7000-8000-00000000000b")
+
+// dayArgs encode with keys in another order than jsonb gives them back.
+type dayArgs struct {
+	Day string `json:"day"`
+	N   int    `json:"n"`
+}
+
+// A unique job is one per name, tenant and args: the rest of the cause does
+// not tell two apart, another tenant does, and args are compared as JSON
+// values, whatever their key order and spacing.
+func TestUniqueJobIsByArgsAndTenant(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	r := newRunner(t, db, jobs.Config{}, false, jobs.Job{Name: "digest", Work: noop, UniqueFor: time.Hour})
+	enqueue := func(args any, cause jobs.Cause) jobs.Enqueued {
+		t.Helper()
+		e, err := r.Enqueue(t.Context(), "digest", args, jobs.Options{Cause: cause})
+		require.NoError(t, err)
+		return e
+	}
+	first := enqueue(dayArgs{Day: "2026-11-30", N: 1}, jobs.Cause{TenantID: tenantA, UserID: "ann", CorrelationID: "c1", CausationID: "req-1"})
+	require.False(t, first.Duplicate)
+	for what, again := range map[string]jobs.Enqueued{
+		"another cause":           enqueue(dayArgs{Day: "2026-11-30", N: 1}, jobs.Cause{TenantID: tenantA, UserID: "bob", CorrelationID: "c2", CausationID: "req-2"}),
+		"keys in another order":   enqueue(json.RawMessage(`{ "n": 1,  "day": "2026-11-30" }`), jobs.Cause{TenantID: tenantA}),
+		"the same value as a map": enqueue(map[string]any{"n": 1, "day": "2026-11-30"}, jobs.Cause{TenantID: tenantA}),
+	} {
+		require.True(t, again.Duplicate, what)
+		require.Equal(t, first.ID, again.ID, what)
+	}
+	other := enqueue(dayArgs{Day: "2026-11-30", N: 1}, jobs.Cause{TenantID: tenantB, UserID: "ann", CorrelationID: "c1", CausationID: "req-1"})
+	require.False(t, other.Duplicate, "another tenant's job is another job")
+	nested := enqueue(json.RawMessage(`{"a":{"y":2,"x":[1,{"q":1,"p":2}]}}`), jobs.Cause{TenantID: tenantA})
+	require.False(t, nested.Duplicate)
+	again := enqueue(json.RawMessage(`{"a":{"x":[1,{"p":2,"q":1}],"y":2}}`), jobs.Cause{TenantID: tenantA})
+	require.True(t, again.Duplicate, "nested keys in another order")
+	require.Equal(t, 3, db.Count(t, "SELECT count(*) FROM river_job"))
+}
+
+// Events with one payload enqueue one unique job per tenant, also within
+// one pass (River's unique insert refuses one key twice in a statement),
+// and a job enqueued by a write with the same args, encoded from a struct
+// in another key order than the event's payload comes back from jsonb, is
+// that job.
+func TestUniqueEventJobIsByArgsAndTenant(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	job := jobs.Job{Name: "made-once", On: []string{"thing.made"}, Work: noop, UniqueFor: time.Hour}
+	r := newRunner(t, db, jobs.Config{}, false, job)
+	c, _ := r.Consumer()
+	d, err := consumer.New(db.Store, consumer.Config{InstanceID: "d"}, c)
+	require.NoError(t, err)
+	require.NoError(t, d.Register(t.Context()))
+	made := func(payload string) eventstore.NewEvent {
+		return eventstore.NewEvent{Type: "thing.made", Payload: json.RawMessage(payload), Metadata: eventstore.Metadata{UserID: "ann"}}
+	}
+	for _, tenant := range []uuid.UUID{tenantA, tenantB} {
+		_, err = db.Store.Append(t.Context(), eventstore.Stream{TenantID: tenant, AggregateType: "thing"}, 0,
+			made(`{"day":"2026-11-30","n":1}`), made(`{"n":1,"day":"2026-11-30"}`), made(`{"day":"2026-12-01","n":1}`))
+		require.NoError(t, err)
+	}
+	res, err := d.RunPass(t.Context(), jobs.ConsumerName)
+	require.NoError(t, err)
+	require.Equal(t, 6, res.Handled)
+	require.Equal(t, 4, db.Count(t, "SELECT count(*) FROM river_job"), "one job per tenant and args")
+
+	e, err := r.Enqueue(t.Context(), "made-once", dayArgs{Day: "2026-11-30", N: 1}, jobs.Options{Cause: jobs.Cause{TenantID: tenantA, UserID: "bob"}})
+	require.NoError(t, err)
+	require.True(t, e.Duplicate, "the write's job is the event's")
+}

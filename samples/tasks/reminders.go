@@ -50,7 +50,8 @@ var Reminders = feature.Define("reminders", func(r *feature.Registrar) {
 	// writer's tenant and as the writer.
 	r.Job("task.plan-reminder", TaskDue{}, planReminder, feature.OnEvent("task.created", "task.updated"))
 	// A reminder for one (task, due time) exists once, however often the
-	// task is saved with it.
+	// task is saved with it: uniqueness is by the args (and the tenant),
+	// not by the save that planned it.
 	r.Job("task.remind", RemindArgs{}, remind, feature.UniqueFor(24*time.Hour), feature.JobAttempts(5))
 	// The digest runs at 07:00 UTC and by hand (`tasks job run
 	// task.daily-digest`); Exclusive keeps a run by hand from working while

@@ -68,3 +68,37 @@ func TestDigestByHand(t *testing.T) {
 		return app.Count(t, "SELECT count(*) FROM kumiko_events WHERE type = 'digest.compiled' AND (payload->>'open')::int = 1") == 1
 	}, 30*time.Second, 20*time.Millisecond)
 }
+
+// A reminder for one (task, due time) exists once, however often the task
+// is saved with it: two saves with the same due time, each an event that
+// plans the reminder with a cause of its own, leave one task.remind job;
+// moving the due time plans a second.
+func TestTwoSavesPlanOneReminder(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{tasks.Feature, tasks.Reminders})
+	d := app.Executor
+	due := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	task, err := do(t, d.Write, "task.create", fmt.Sprintf(`{"title":"Pay the rent","dueAt":%q}`, due.Format(time.RFC3339)))
+	require.NoError(t, err)
+	_, err = do(t, d.Write, "task.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"title":"Pay the rent today","dueAt":%q}}`, task["id"], due.Format(time.RFC3339)))
+	require.NoError(t, err)
+	startJobs(t, app)
+
+	planned := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			return app.Count(t, "SELECT count(*) FROM river_job WHERE kind = 'task.plan-reminder' AND state = 'completed'") == n
+		}, 30*time.Second, 20*time.Millisecond, "%d saves planned their reminder", n)
+	}
+	planned(2)
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM river_job WHERE kind = 'task.remind'"), "two saves with one due time plan one reminder")
+	require.Equal(t, 1, app.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'task.remind' AND state = 'scheduled'
+		AND args->'args'->>'taskId' = $1 AND args->'cause'->>'tenantId' = $2`, task["id"], tenant.String()))
+
+	moved := due.Add(time.Hour)
+	_, err = do(t, d.Write, "task.update", fmt.Sprintf(`{"id":%q,"version":2,"changes":{"dueAt":%q}}`, task["id"], moved.Format(time.RFC3339)))
+	require.NoError(t, err)
+	planned(3)
+	require.Equal(t, 2, app.Count(t, "SELECT count(*) FROM river_job WHERE kind = 'task.remind'"), "a moved due time plans a second reminder")
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM river_job WHERE kind = 'task.remind' AND scheduled_at = $1", moved))
+}
