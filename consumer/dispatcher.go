@@ -236,11 +236,9 @@ func (e *Dispatcher) Stop(ctx context.Context) error {
 	}
 	cancel()
 	done := lifecycle.Done(&e.wg)
-	select {
-	case <-done:
+	if lifecycle.Settle(ctx, done) {
 		cancelPasses()
 		return nil
-	case <-ctx.Done():
 	}
 	running := e.passes.Names()
 	returned := lifecycle.Await(ctx, done, cancelPasses)

@@ -9,9 +9,9 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -49,8 +49,10 @@ type Parts struct {
 // App is a wired server (New) or worker (BuildWorker). Start brings it up in
 // order — the database reachable and migrated, read tables in place, event
 // delivery, then the listeners; Stop takes it down in reverse, draining
-// requests and closing open event streams first. A failed Start stops what
-// it had started. Start and Stop must not run concurrently.
+// requests and closing open event streams first, within
+// Config.ShutdownTimeout + StopMargin whatever the app's code does. A
+// failed Start stops what it had started. Start and Stop must not run
+// concurrently.
 type App struct {
 	parts    Parts
 	withHTTP bool
@@ -64,8 +66,13 @@ type App struct {
 	addr    listenAddr
 	metrics listenAddr
 
-	begun bool                              // Start was called
-	stops []func(ctx context.Context) error // of the started parts, in start order
+	// conns knows the pool's acquired connections, for Stop to close those
+	// of abandoned work.
+	conns *connTracker
+
+	begun   bool   // Start was called
+	stopped bool   // Stop (or a failed Start) stopped the started steps
+	stops   []step // the started steps with a stop, in start order
 }
 
 // listenAddr is the address a listener bound, known once it started.
@@ -105,11 +112,11 @@ func build(ctx context.Context, cfg Config, withHTTP bool, features []*feature.F
 		return nil, err
 	}
 	cfg = cfg.resolveInstanceID()
-	a := &App{withHTTP: withHTTP}
+	a := &App{withHTTP: withHTTP, conns: newConnTracker()}
 	a.parts.Config, a.parts.Registry = cfg, reg
 	a.parts.Metrics = prometheus.NewRegistry()
 	a.parts.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if a.parts.Pool, err = newPool(ctx, cfg); err != nil {
+	if a.parts.Pool, err = newPool(ctx, cfg, a.conns); err != nil {
 		return nil, fmt.Errorf("kumiko: %w", err)
 	}
 	if err := a.wire(); err != nil {
@@ -119,8 +126,9 @@ func build(ctx context.Context, cfg Config, withHTTP bool, features []*feature.F
 	return a, nil
 }
 
-// newPool opens the pool lazily: it connects on first use.
-func newPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+// newPool opens the pool lazily: it connects on first use. conns tracks
+// the connections acquired from it.
+func newPool(ctx context.Context, cfg Config, conns *connTracker) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("Config.DatabaseURL: %w", err)
@@ -132,8 +140,12 @@ func newPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		ms := max(cfg.IdleInTransactionTimeout.Milliseconds(), 1) // 0 would switch it off
 		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(ms, 10)
 	}
+	pc.ConnConfig.Tracer = conns
 	if cfg.TraceDatabase && cfg.TracerProvider != nil {
-		pc.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(cfg.TracerProvider))
+		t := multitracer.New(otelpgx.NewTracer(otelpgx.WithTracerProvider(cfg.TracerProvider)))
+		t.PoolAcquireTracers = append(t.PoolAcquireTracers, conns)
+		t.PoolReleaseTracers = append(t.PoolReleaseTracers, conns)
+		pc.ConnConfig.Tracer = t
 	}
 	return pgxpool.NewWithConfig(ctx, pc)
 }
@@ -252,36 +264,44 @@ func (a *App) mountConsole() error {
 }
 
 // step is one part of the start order: start brings it up, stop takes it
-// down; either may be nil.
+// down; either may be nil. name names the part when its stop is abandoned.
 type step struct {
+	name        string
 	start, stop func(context.Context) error
 }
 
-// steps is the start order; Stop runs it backwards.
+// steps is the start order; Stop runs it backwards, then closes the Redis
+// client and the pool.
+//
+// Every part whose start leaves something running — the transport's
+// receiver and the inbox sweep, the dispatcher's loops, listener and
+// liveness beat, the job runner, the listeners, River's UI, the
+// idempotency prune — runs it on a context of its own,
+// context.WithCancel(context.WithoutCancel(ctx)), until its own stop: the
+// start context only bounds the start. The event store's wake-up sender
+// detaches from the appending request the same way, the console's rebuilds
+// run on the console's own context until it closes, and the key set is
+// fetched per request on a detached context with a timeout of its own.
 func (a *App) steps() []step {
 	p := a.parts
 	cfg := p.Config
 	steps := []step{
-		{stop: func(context.Context) error { p.Pool.Close(); return nil }},
-		{start: a.migrate, stop: func(context.Context) error { p.Store.Close(); return nil }},
-		{start: p.Executor.EnsureSchema},
+		{name: "migrations and event store", start: a.migrate, stop: func(context.Context) error { p.Store.Close(); return nil }},
+		{name: "read tables", start: p.Executor.EnsureSchema},
 	}
-	if a.redis != nil {
-		steps = append(steps, step{stop: func(context.Context) error { return a.redis.Close() }})
-	}
-	steps = append(steps, step{start: p.Integration.Start, stop: p.Integration.Stop},
-		step{start: p.Events.Start, stop: p.Events.Stop})
+	steps = append(steps, step{name: "integration service", start: p.Integration.Start, stop: p.Integration.Stop},
+		step{name: "event dispatcher", start: p.Events.Start, stop: p.Events.Stop})
 	if r := p.Executor.Jobs(); r != nil {
-		steps = append(steps, step{start: r.Start, stop: r.Stop})
+		steps = append(steps, step{name: "job runner", start: r.Start, stop: r.Stop})
 	}
 	if cfg.MetricsAddr != "" {
 		steps = append(steps, metricsListener(cfg, p.Metrics, &a.metrics))
 	}
 	if a.jobsUI != nil {
-		steps = append(steps, step{start: a.jobsUI.Start, stop: a.jobsUI.Stop})
+		steps = append(steps, step{name: "jobs UI", start: a.jobsUI.Start, stop: a.jobsUI.Stop})
 	}
 	if a.withHTTP {
-		steps = append(steps, step{stop: func(context.Context) error { a.console.Close(); return nil }},
+		steps = append(steps, step{name: "console", stop: func(context.Context) error { a.console.Close(); return nil }},
 			apiListener(cfg, p.HTTP, &a.addr))
 		if cfg.IdempotencyRetention >= 0 {
 			steps = append(steps, pruneIdempotencyKeys(cfg, p.Executor))
@@ -305,21 +325,26 @@ func (a *App) migrate(ctx context.Context) error {
 }
 
 // Start connects, migrates, creates read tables, starts delivering events
-// and starts serving. When a step fails, it stops the steps before it and
-// returns the step's error.
+// and starts serving. ctx bounds the start only: what Start starts runs
+// until Stop, whatever becomes of ctx once Start returned (the serve
+// command and fx cancel it). When a step fails, it stops the steps before
+// it and returns the step's error.
 func (a *App) Start(ctx context.Context) error {
 	if a.begun {
 		return errors.New("kumiko: the app was started before")
 	}
 	a.begun = true
+	// The rule of every step: its start uses ctx to bound the start, and
+	// what it leaves running lives on a context of its own until its stop
+	// (see steps).
 	for _, s := range a.steps() {
 		if s.start != nil {
 			if err := s.start(ctx); err != nil {
-				return errors.Join(err, a.stopStarted(ctx))
+				return errors.Join(err, a.stopStarted(context.WithoutCancel(ctx)))
 			}
 		}
 		if s.stop != nil {
-			a.stops = append(a.stops, s.stop)
+			a.stops = append(a.stops, s)
 		}
 	}
 	cfg := a.parts.Config
@@ -337,36 +362,29 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop shuts the listeners down gracefully (within Config.ShutdownTimeout),
-// stops delivering events, then closes the stores and the pool. Stopping an
-// app that never started releases its pool; stopping twice does nothing.
+// Stop takes the app down in the reverse of the start order: the
+// listeners, the job runner, event delivery, integration, the stores, the
+// pool. It is graceful until one deadline shared by every part — the
+// earlier of ctx's deadline and now + Config.ShutdownTimeout: no part takes
+// new work, running work may finish. At the deadline the parts cancel the
+// contexts of the work still running (requests, consumer passes, jobs,
+// integration handlers); a part that does not return soon after is
+// abandoned; then Stop closes the database connections abandoned work
+// still holds, so its transactions roll back, and the pool. It returns
+// within that deadline + StopMargin whatever the work does, and logs one
+// line at the end: "kumiko: stopped", or "kumiko: stopped, abandoned …"
+// naming what it gave up on, when it returns an error wrapping
+// ErrAbandoned. Abandoned work is delivered again after the next start.
+//
+// Stopping an app that never started releases its pool; stopping twice
+// does nothing.
 func (a *App) Stop(ctx context.Context) error {
 	if !a.begun {
-		a.begun = true
+		a.begun, a.stopped = true, true
 		a.close()
 		return nil
 	}
 	return a.stopStarted(ctx)
-}
-
-func (a *App) stopStarted(ctx context.Context) error {
-	if len(a.stops) == 0 {
-		return nil
-	}
-	start := time.Now()
-	var errs []error
-	for i := len(a.stops) - 1; i >= 0; i-- {
-		errs = append(errs, a.stops[i](ctx))
-	}
-	a.stops = nil
-	err := errors.Join(errs...)
-	cfg := a.parts.Config
-	if err != nil {
-		cfg.Logger.Error("kumiko: stopped", "name", cfg.Name, "instance_id", cfg.InstanceID, "duration", time.Since(start), "err", err)
-	} else {
-		cfg.Logger.Info("kumiko: stopped", "name", cfg.Name, "instance_id", cfg.InstanceID, "duration", time.Since(start))
-	}
-	return err
 }
 
 // close releases what New opened.

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	khttp "github.com/kumiko-go/kumiko/http"
+	"github.com/kumiko-go/kumiko/internal/lifecycle"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -32,9 +34,13 @@ func apiListener(cfg Config, srv *khttp.Server, bound *listenAddr) step {
 	st.stop = func(ctx context.Context) error {
 		err := stop(ctx)
 		// The idempotency records of the last answers, before the store's
-		// client closes.
-		ctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
-		defer cancel()
+		// client closes, within the same deadline — or the grace after it,
+		// when the requests took it all.
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), lifecycle.GiveUp(ctx))
+			defer cancel()
+		}
 		return errors.Join(err, srv.WaitRecords(ctx))
 	}
 	return st
@@ -51,17 +57,41 @@ func metricsListener(cfg Config, reg *prometheus.Registry, bound *listenAddr) st
 	return listener(cfg, "metrics", cfg.MetricsAddr, hs, bound)
 }
 
-// listener serves hs on address from start to stop (stopping gracefully
-// within cfg.ShutdownTimeout) and records the bound address in bound; what
-// names the server in errors and logs.
+// listener serves hs on address from start to stop and records the bound
+// address in bound; what names the server in errors and logs.
+//
+// Its stop follows the stop contract (see internal/lifecycle): it shuts
+// the server down gracefully until ctx ends — no new connections, open
+// requests answered; then it cancels the contexts of the requests still
+// running and closes their connections, waits until lifecycle.GiveUp(ctx)
+// for their handlers, and returns an error naming them (method and path).
 func listener(cfg Config, what, address string, hs *http.Server, bound *listenAddr) step {
+	var (
+		requests lifecycle.Work
+		stopping context.Context // ended when the stop gives up on the requests
+		giveUp   context.CancelFunc
+	)
+	inner := hs.Handler
+	hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer requests.Begin(r.Method + " " + r.URL.Path)()
+		// Server.Close alone does not cancel a request whose body the
+		// handler has not read to the end.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(stopping, cancel)()
+		inner.ServeHTTP(w, r.WithContext(ctx))
+	})
 	return step{
+		name: what + " listener",
 		start: func(ctx context.Context) error {
 			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
 			if err != nil {
 				return fmt.Errorf("listen %s (%s): %w", address, what, err)
 			}
 			bound.set(ln.Addr().String())
+			// Serving outlives the start call, until the stop (the request
+			// contexts do not derive from ctx).
+			stopping, giveUp = context.WithCancel(context.WithoutCancel(ctx))
 			go func() {
 				if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					cfg.Logger.Error("kumiko: "+what+" server stopped", "err", err)
@@ -71,9 +101,19 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 			return nil
 		},
 		stop: func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
-			defer cancel()
-			return hs.Shutdown(ctx)
+			defer giveUp()
+			err := hs.Shutdown(ctx)
+			if err == nil {
+				return nil
+			}
+			running := requests.Names()
+			giveUp()
+			_ = hs.Close()
+			lifecycle.Await(ctx, requests.Idle(), nil)
+			if len(running) == 0 {
+				return fmt.Errorf("%s server: connections still open at the deadline: %w", what, err)
+			}
+			return fmt.Errorf("%s server: abandoned the requests %s: %w", what, strings.Join(running, ", "), err)
 		},
 	}
 }
@@ -88,7 +128,9 @@ func pruneIdempotencyKeys(cfg Config, d *pipeline.Executor) step {
 		done   = make(chan struct{})
 	)
 	return step{
+		name: "idempotency prune",
 		start: func(ctx context.Context) error {
+			// The prune outlives the start call, until the stop.
 			ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
 			go func() {
 				defer close(done)
@@ -115,12 +157,10 @@ func pruneIdempotencyKeys(cfg Config, d *pipeline.Executor) step {
 		},
 		stop: func(ctx context.Context) error {
 			cancel()
-			select {
-			case <-done:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
+			if !lifecycle.Await(ctx, done, nil) {
+				return fmt.Errorf("idempotency prune did not stop: %w", ctx.Err())
 			}
+			return nil
 		},
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/lifecycle"
 	"github.com/kumiko-go/kumiko/internal/ops"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -21,7 +23,9 @@ import (
 // The commands: serve (the HTTP API and event delivery), worker (event
 // delivery only), and the operations commands: migrate, consumer, inspect,
 // events (tail, asof, prune), snapshot, project, integration (dead
-// messages) and token.
+// messages) and token. serve and worker run until SIGINT or SIGTERM, then
+// stop within Config.ShutdownTimeout + StopMargin (see App.Stop) and exit
+// 0, or 1 when the stop abandoned work (ErrAbandoned) or failed.
 //
 // Fields of cfg left zero are read from the environment (see
 // Config.FromEnv). For a development machine it fills in the rest: without
@@ -97,10 +101,15 @@ type opsServer struct {
 	tracer *sdktrace.TracerProvider
 }
 
+// Stop stops the app, then flushes the traces within what is left of the
+// app's bound (ShutdownTimeout + StopMargin).
 func (s opsServer) Stop(ctx context.Context) error {
+	bound := time.Now().Add(s.parts.Config.ShutdownTimeout + StopMargin)
 	err := s.App.Stop(ctx)
 	if s.tracer != nil {
-		err = errors.Join(err, s.tracer.Shutdown(ctx))
+		tctx, cancel := context.WithDeadline(ctx, lifecycle.Later(bound, time.Now().Add(minStepWait)))
+		defer cancel()
+		err = errors.Join(err, s.tracer.Shutdown(tctx))
 	}
 	return err
 }

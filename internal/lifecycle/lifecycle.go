@@ -42,10 +42,11 @@ func GiveUp(ctx context.Context) time.Time {
 	if d, ok := ctx.Deadline(); ok && d.Before(now) {
 		end = d.Add(Grace)
 	}
-	return later(end, now.Add(minGrace))
+	return Later(end, now.Add(minGrace))
 }
 
-func later(a, b time.Time) time.Time {
+// Later is the later of a and b.
+func Later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
 	}
@@ -127,10 +128,8 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // time.
 func (w *Work) Drain(ctx context.Context, what string, cancel func()) error {
 	idle := w.Idle()
-	select {
-	case <-idle:
+	if Settle(ctx, idle) {
 		return nil
-	case <-ctx.Done():
 	}
 	names := w.Names()
 	Await(ctx, idle, cancel)
@@ -138,6 +137,20 @@ func (w *Work) Drain(ctx context.Context, what string, cancel func()) error {
 		return nil
 	}
 	return fmt.Errorf("%s %s: %w", what, strings.Join(names, ", "), ctx.Err())
+}
+
+// Settle waits until done is closed or ctx ends, and then, when done is
+// not closed, a brief moment more: a part stopped after its deadline (the
+// parts before it took the time) does not cancel work that was about to
+// finish — a poll that found nothing to do — and name it as abandoned. It
+// reports whether done was closed.
+func Settle(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	}
+	return within(done, minGrace)
 }
 
 // Await waits until done is closed or ctx ends; then it calls cancel (when
@@ -152,7 +165,12 @@ func Await(ctx context.Context, done <-chan struct{}, cancel func()) bool {
 	if cancel != nil {
 		cancel()
 	}
-	timer := time.NewTimer(time.Until(GiveUp(ctx)))
+	return within(done, time.Until(GiveUp(ctx)))
+}
+
+// within waits at most d for done and reports whether it was closed.
+func within(done <-chan struct{}, d time.Duration) bool {
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-done:
