@@ -41,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/internal/lifecycle"
 	"github.com/kumiko-go/kumiko/lock"
 )
 
@@ -400,20 +401,18 @@ func (r *Runner) Start(ctx context.Context) error {
 	return nil
 }
 
-// cancelWait is how long Stop waits for running jobs to return once it has
-// cancelled their contexts at the end of its own.
-const cancelWait = time.Second
-
 // Stop stops fetching jobs at once and waits for the running ones until ctx
 // ends. If ctx ends first, it cancels the running jobs' contexts and waits
-// at most one second more for them to return; it then returns an error
+// for them to return until one second after ctx's deadline (the grace the
+// parts of an app share; a second from now when ctx has no deadline); it
+// then returns an error
 // that wraps ctx.Err() and names the jobs that were still running (kind
 // and id): "cancelled" ones returned after the cancel, "abandoned" ones
 // had not returned by then. Those attempts are retried: a cancelled one by
 // River as a failed attempt, an abandoned one by the leader's rescue after
 // Config.RescueAfter (its transaction rolls back when the application
 // closes the connection it holds). Stop never blocks past ctx's deadline
-// plus that second.
+// plus that second. Nothing running at the deadline, it returns nil.
 func (r *Runner) Stop(ctx context.Context) error {
 	defer func() {
 		r.mu.Lock()
@@ -431,7 +430,7 @@ func (r *Runner) Stop(ctx context.Context) error {
 		return fmt.Errorf("jobs: stop: %w", err)
 	}
 	atDeadline := r.running.list()
-	hard, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWait)
+	hard, cancel := context.WithDeadline(context.WithoutCancel(ctx), lifecycle.GiveUp(ctx))
 	defer cancel()
 	hardErr := r.client.StopAndCancel(hard)
 	left := r.running.list()
@@ -462,7 +461,7 @@ func stopError(cause error, atDeadline, left []attempt, timedOut bool) error {
 		parts = append(parts, "abandoned running "+describe(left))
 	}
 	if timedOut && len(left) == 0 {
-		parts = append(parts, fmt.Sprintf("River's client did not stop within %s of the deadline", cancelWait))
+		parts = append(parts, fmt.Sprintf("River's client did not stop within %s of the deadline", lifecycle.Grace))
 	}
 	return fmt.Errorf("jobs: stop: %s: %w", strings.Join(parts, "; "), cause)
 }

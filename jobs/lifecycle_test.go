@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumiko-go/kumiko/internal/lifecycle"
 	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/kumikotest"
 )
@@ -49,7 +50,7 @@ func TestRunnerOutlivesItsStartContext(t *testing.T) {
 
 // At the end of Stop's context the running jobs are cancelled; one that
 // returns then is named as cancelled, one that ignores its context as
-// abandoned, and Stop returns within its deadline plus a second.
+// abandoned, and Stop returns within its deadline plus the second of grace.
 func TestStopIsBoundedAndNamesWhatItAbandons(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
@@ -81,7 +82,7 @@ func TestStopIsBoundedAndNamesWhatItAbandons(t *testing.T) {
 	err = r.Stop(stop)
 	took := time.Since(begun)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, took, deadline+time.Second+2*time.Second, "Stop is bounded by its deadline plus a second")
+	require.Less(t, took, deadline+lifecycle.Grace+2*time.Second, "Stop is bounded by its deadline plus the grace")
 	require.GreaterOrEqual(t, took, deadline, "Stop waited for the running jobs until its deadline")
 	require.ErrorContains(t, err, fmt.Sprintf("cancelled running job polite (id %d)", polite.ID))
 	require.ErrorContains(t, err, fmt.Sprintf("abandoned running job stubborn (id %d)", stubborn.ID))
