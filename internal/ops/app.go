@@ -92,6 +92,15 @@ func Execute(root *cobra.Command) {
 	}
 }
 
+// stopping is what serve and worker do on SIGINT or SIGTERM, for their help.
+const stopping = `On SIGINT or SIGTERM it stops taking new work and lets running work finish
+for KUMIKO_SHUTDOWN_TIMEOUT (a duration, default 15s). Then it cancels what is
+still running — requests, consumer passes, jobs, integration handlers —, closes
+the database connections that work holds (its transactions roll back; it is
+delivered again after the next start), logs "kumiko: stopped, abandoned …"
+naming it, and exits within 5s more. Exit code 0 for a clean stop, 1 when work
+was abandoned or the stop failed.`
+
 // NewCommand is the command tree of a binary: serve and worker when app can
 // build a server, and the operations commands.
 func NewCommand(app App) *cobra.Command {
@@ -104,6 +113,7 @@ func NewCommand(app App) *cobra.Command {
 		root.AddCommand(&cobra.Command{
 			Use:   "serve",
 			Short: "Run the HTTP API and deliver events to consumers",
+			Long:  "Run the HTTP API, deliver events to consumers and work jobs.\n\n" + stopping,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				return serve(cmd.Context(), cmd.OutOrStdout(), app, true)
@@ -111,6 +121,7 @@ func NewCommand(app App) *cobra.Command {
 		}, &cobra.Command{
 			Use:   "worker",
 			Short: "Only deliver events to consumers (no HTTP API)",
+			Long:  "Deliver events to consumers and work jobs, without the HTTP API.\n\n" + stopping,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				return serve(cmd.Context(), cmd.OutOrStdout(), app, false)
@@ -178,7 +189,8 @@ func DefaultLogger(w *os.File) *slog.Logger {
 
 // serve builds the app (validating the configuration and the features
 // before anything touches the database), starts it and runs it until ctx
-// ends.
+// ends (SIGINT or SIGTERM), then stops it: an error, and so exit code 1,
+// when the stop abandoned work or failed.
 func serve(ctx context.Context, out io.Writer, app App, withHTTP bool) error {
 	s := app.resolve(Settings{})
 	devDB, dev := false, false
@@ -198,6 +210,8 @@ func serve(ctx context.Context, out io.Writer, app App, withHTTP bool) error {
 			return errors.Join(err, srv.Stop(ctx))
 		}
 	}
+	// The start is bounded; what it starts runs until Stop, though its
+	// context is cancelled right after.
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = srv.Start(startCtx)
 	cancel()
@@ -211,9 +225,9 @@ func serve(ctx context.Context, out io.Writer, app App, withHTTP bool) error {
 		fmt.Fprintf(out, "%s worker %s is delivering events\n", s.Name, srv.InstanceID())
 	}
 	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout+5*time.Second)
-	defer cancel()
-	return srv.Stop(stopCtx)
+	// Stop bounds itself: graceful for the shutdown timeout, then it gives
+	// up on what still runs, within its margin.
+	return srv.Stop(context.WithoutCancel(ctx))
 }
 
 var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
