@@ -182,8 +182,9 @@ func (e envelope) Kind() string { return e.kind }
 
 // Config configures a Runner. The zero value is usable.
 type Config struct {
-	// Logger receives River's warnings and errors (failed attempts among
-	// them); default slog.Default().
+	// Logger receives River's warnings and errors; default slog.Default().
+	// River logs a failed attempt below that level: the job's errors (the
+	// CLI's `job show`) and the attempts metric record them.
 	Logger *slog.Logger
 	// Workers is how many jobs one process runs at once; default 10.
 	Workers int
@@ -403,16 +404,16 @@ func (r *Runner) Start(ctx context.Context) error {
 
 // Stop stops fetching jobs at once and waits for the running ones until ctx
 // ends. If ctx ends first, it cancels the running jobs' contexts and waits
-// for them to return until one second after ctx's deadline (the grace the
-// parts of an app share; a second from now when ctx has no deadline); it
-// then returns an error
-// that wraps ctx.Err() and names the jobs that were still running (kind
-// and id): "cancelled" ones returned after the cancel, "abandoned" ones
-// had not returned by then. Those attempts are retried: a cancelled one by
-// River as a failed attempt, an abandoned one by the leader's rescue after
-// Config.RescueAfter (its transaction rolls back when the application
-// closes the connection it holds). Stop never blocks past ctx's deadline
-// plus that second. Nothing running at the deadline, it returns nil.
+// for them to return until a second after ctx's deadline (the grace the
+// parts of an app share; a second from now when ctx has no deadline). It
+// then returns an error that wraps ctx.Err() and names the jobs that were
+// still running (kind and id): "cancelled" ones returned after the cancel,
+// and River makes them available again at once, the attempt not counted;
+// "abandoned" ones had not returned by then: their connection holds their
+// transaction until the application closes it (so it rolls back), and
+// their row stays running until the leader rescues it after
+// Config.RescueAfter. Stop never blocks past ctx's deadline plus that
+// second. Nothing running at the deadline, it returns nil.
 func (r *Runner) Stop(ctx context.Context) error {
 	defer func() {
 		r.mu.Lock()

@@ -91,4 +91,8 @@ func TestStopIsBoundedAndNamesWhatItAbandons(t *testing.T) {
 	done, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, r.Stop(done), "once the abandoned job returns, the runner stops")
+	in, err := r.Get(t.Context(), polite.ID)
+	require.NoError(t, err)
+	require.Equal(t, "available", in.State, "the cancelled job is worked again at the next start")
+	require.Empty(t, in.Errors, "its interrupted attempt is not counted as failed")
 }
