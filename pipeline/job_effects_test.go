@@ -234,3 +234,28 @@ func jobState(t *testing.T, app *kumikotest.App, id int64) string {
 	require.NoError(t, app.Pool.QueryRow(t.Context(), "SELECT state FROM river_job WHERE id = $1", id).Scan(&state))
 	return state
 }
+
+// A handler that ignores its context runs on past JobTimeout, but nothing
+// it writes then commits, even through a context of its own: the commit
+// and the completion use the job's context, which has ended.
+func TestJobWritesPastTheTimeoutDoNotCommit(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{feature.Define("late", func(r *feature.Registrar) {
+		r.Job("late.write", effectArgs{}, func(ctx feature.JobContext, a effectArgs) error {
+			if ctx.Attempt() == 1 {
+				<-ctx.Context().Done() // past the timeout, and on as if nothing happened
+			}
+			_, err := ctx.DB().Exec(context.WithoutCancel(ctx.Context()), `INSERT INTO job_effect (n, attempt) VALUES ($1, $2)`, a.N, ctx.Attempt())
+			return err
+		}, feature.JobTimeout(200*time.Millisecond))
+	})})
+	app.Exec(t, "CREATE TABLE job_effect (n int, attempt int)")
+	r := startRunner(t, app)
+	e, err := r.Enqueue(t.Context(), "late.write", effectArgs{N: 1}, jobs.Options{})
+	require.NoError(t, err)
+	in := waitJob(t, r, e.ID, "completed")
+	require.Equal(t, 2, in.Attempt)
+	require.Len(t, in.Errors, 1, "the late attempt failed")
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM job_effect"))
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM job_effect WHERE attempt = 2"), "only the second attempt's write committed")
+}
