@@ -14,8 +14,10 @@
 //
 // Failing jobs are retried with exponential backoff and jitter up to their
 // MaxAttempts and then discarded; a job runs with the Cause it was enqueued
-// with (tenant, user, correlation and causation ids). River's tables are
-// created by Migrate.
+// with (tenant, user, correlation and causation ids). An attempt is bounded
+// by its Timeout; a job held by a process that died is retried after
+// Config.RescueAfter; a Work that commits its writes with Run.CompleteTx
+// writes them exactly once. River's tables are created by Migrate.
 package jobs
 
 import (
