@@ -265,10 +265,26 @@ func (a *App) mountConsole() error {
 
 // step is one part of the start order: start brings it up, stop takes it
 // down; either may be nil. name names the part when its stop is abandoned.
+// Stop stops the steps of one chain in reverse order, the chains at once,
+// then the steps of baseChain.
 type step struct {
 	name        string
+	chain       chain
 	start, stop func(context.Context) error
 }
+
+// chain is a sequence of steps whose stops depend on each other.
+type chain int
+
+// The chains of the steps.
+const (
+	baseChain    chain = iota // the stores and the pool, stopped last
+	eventsChain               // the integration service after the dispatcher, whose relay publishes through it
+	jobsChain                 // the job runner
+	metricsChain              // the metrics listener
+	jobsUIChain               // River's UI
+	httpChain                 // the API listener, then the console it serves, after the idempotency prune
+)
 
 // steps is the start order; Stop runs it backwards, then closes the Redis
 // client and the pool.
@@ -289,19 +305,19 @@ func (a *App) steps() []step {
 		{name: "migrations and event store", start: a.migrate, stop: func(context.Context) error { p.Store.Close(); return nil }},
 		{name: "read tables", start: p.Executor.EnsureSchema},
 	}
-	steps = append(steps, step{name: "integration service", start: p.Integration.Start, stop: p.Integration.Stop},
-		step{name: "event dispatcher", start: p.Events.Start, stop: p.Events.Stop})
+	steps = append(steps, step{name: "integration service", chain: eventsChain, start: p.Integration.Start, stop: p.Integration.Stop},
+		step{name: "event dispatcher", chain: eventsChain, start: p.Events.Start, stop: p.Events.Stop})
 	if r := p.Executor.Jobs(); r != nil {
-		steps = append(steps, step{name: "job runner", start: r.Start, stop: r.Stop})
+		steps = append(steps, step{name: "job runner", chain: jobsChain, start: r.Start, stop: r.Stop})
 	}
 	if cfg.MetricsAddr != "" {
 		steps = append(steps, metricsListener(cfg, p.Metrics, &a.metrics))
 	}
 	if a.jobsUI != nil {
-		steps = append(steps, step{name: "jobs UI", start: a.jobsUI.Start, stop: a.jobsUI.Stop})
+		steps = append(steps, step{name: "jobs UI", chain: jobsUIChain, start: a.jobsUI.Start, stop: a.jobsUI.Stop})
 	}
 	if a.withHTTP {
-		steps = append(steps, step{name: "console", stop: func(context.Context) error { a.console.Close(); return nil }},
+		steps = append(steps, step{name: "console", chain: httpChain, stop: func(context.Context) error { a.console.Close(); return nil }},
 			apiListener(cfg, p.HTTP, &a.addr))
 		if cfg.IdempotencyRetention >= 0 {
 			steps = append(steps, pruneIdempotencyKeys(cfg, p.Executor))
@@ -362,11 +378,11 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop takes the app down in the reverse of the start order: the
-// listeners, the job runner, event delivery, integration, the stores, the
-// pool. It is graceful until one deadline shared by every part — the
-// earlier of ctx's deadline and now + Config.ShutdownTimeout: no part takes
-// new work, running work may finish. At the deadline the parts cancel the
+// Stop takes the app down: at once the listeners, the job runner and event
+// delivery stop taking work, then integration events stop, then the
+// stores and the pool close. It is graceful until one deadline shared by
+// every part — the earlier of ctx's deadline and now +
+// Config.ShutdownTimeout: running work may finish. At the deadline the parts cancel the
 // contexts of the work still running (requests, consumer passes, jobs,
 // integration handlers); a part that does not return soon after is
 // abandoned; then Stop closes the database connections abandoned work

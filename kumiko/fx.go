@@ -22,6 +22,12 @@ import (
 // Config, the pool, the event store, the registry, the executor, the event
 // dispatcher, the idempotency store, the Prometheus registry and the HTTP
 // server. An invalid cfg or feature fails the graph.
+//
+// fx cancels the context of its start hooks once they ran; the app keeps
+// none of it (see App.Start) and runs until the stop hook. The stop hook's
+// context bounds App.Stop's graceful part; App.Stop may take StopMargin
+// past it, so give fx a stop timeout (fx.StopTimeout, default 15s) of at
+// least Config.ShutdownTimeout + StopMargin.
 func Module(ctx context.Context, cfg Config, features ...*feature.Feature) fx.Option {
 	return fx.Module("kumiko",
 		fx.Provide(func() (moduleOut, error) { return provide(New(ctx, cfg, features...)) }),

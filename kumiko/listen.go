@@ -17,8 +17,8 @@ import (
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
-// apiListener serves the HTTP API on Config.Addr, last to start and first
-// to stop.
+// apiListener serves the HTTP API on Config.Addr, last to start; it stops
+// before the console it serves.
 func apiListener(cfg Config, srv *khttp.Server, bound *listenAddr) step {
 	hs := &http.Server{
 		Handler:           srv.Handler(),
@@ -30,6 +30,7 @@ func apiListener(cfg Config, srv *khttp.Server, bound *listenAddr) step {
 	}
 	hs.RegisterOnShutdown(srv.CloseStreams) // open event streams would hold Shutdown
 	st := listener(cfg, "http", cfg.Addr, hs, bound)
+	st.chain = httpChain
 	stop := st.stop
 	st.stop = func(ctx context.Context) error {
 		err := stop(ctx)
@@ -49,12 +50,14 @@ func apiListener(cfg Config, srv *khttp.Server, bound *listenAddr) step {
 // metricsListener serves the registry on Config.MetricsAddr: a listener of
 // its own, unauthenticated, so scrapers need no token and the API listener
 // need not expose app-wide numbers. It starts after the event dispatcher
-// and stops before it.
+// and stops with the other parts.
 func metricsListener(cfg Config, reg *prometheus.Registry, bound *listenAddr) step {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute}
-	return listener(cfg, "metrics", cfg.MetricsAddr, hs, bound)
+	st := listener(cfg, "metrics", cfg.MetricsAddr, hs, bound)
+	st.chain = metricsChain
+	return st
 }
 
 // listener serves hs on address from start to stop and records the bound
@@ -128,7 +131,7 @@ func pruneIdempotencyKeys(cfg Config, d *pipeline.Executor) step {
 		done   = make(chan struct{})
 	)
 	return step{
-		name: "idempotency prune",
+		name: "idempotency prune", chain: httpChain,
 		start: func(ctx context.Context) error {
 			// The prune outlives the start call, until the stop.
 			ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))

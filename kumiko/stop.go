@@ -42,8 +42,11 @@ const (
 	poolWait = time.Second
 )
 
-// stopStarted stops the started steps in reverse order, each bounded, then
-// closes the database connections still held and the pool (see Stop).
+// stopStarted stops the started steps, each bounded, then closes the Redis
+// client, the database connections still held and the pool (see Stop).
+// The steps of each chain stop in reverse start order, the chains at once —
+// every part stops taking work at the start of the stop, and has the whole
+// graceful period to finish what it runs —, then the steps of no chain.
 func (a *App) stopStarted(ctx context.Context) error {
 	if a.stopped {
 		return nil
@@ -55,65 +58,44 @@ func (a *App) stopStarted(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok && d.Before(graceful) {
 		graceful = d
 	}
-	hard := graceful.Add(StopMargin - closeReserve)
 	sctx, cancel := context.WithDeadline(ctx, graceful)
 	defer cancel()
+	st := &stopping{ctx: sctx, graceful: graceful, hard: graceful.Add(StopMargin - closeReserve)}
 
-	var (
-		abandoned []string
-		errs      []error
-		late      []lateStep
-	)
-	for i := len(a.stops) - 1; i >= 0; i-- {
-		s := a.stops[i]
-		limit := lifecycle.Later(graceful, time.Now()).Add(stepGrace)
-		if limit.After(hard) {
-			limit = lifecycle.Later(hard, time.Now().Add(minStepWait))
-		}
-		err, result := runBounded(sctx, s.stop, limit)
-		if result != nil {
-			late = append(late, lateStep{index: len(abandoned), result: result})
-			abandoned = append(abandoned, s.name+" did not stop in time")
-			continue
-		}
-		for _, e := range flatten(err) {
-			if errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled) {
-				abandoned = append(abandoned, e.Error())
-			} else {
-				errs = append(errs, e)
-			}
+	chains := map[chain][]step{}
+	for _, s := range a.stops {
+		chains[s.chain] = append(chains[s.chain], s)
+	}
+	var wg sync.WaitGroup
+	for c, steps := range chains {
+		if c != baseChain {
+			wg.Go(func() { st.run(steps) })
 		}
 	}
+	wg.Wait() // bounded: every step is
+	st.run(chains[baseChain])
 	a.stops = nil
 	if a.redis != nil {
 		if err := a.redis.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("redis: %w", err))
+			st.errs = append(st.errs, fmt.Errorf("redis: %w", err))
 		}
 	}
-	abandoned = append(abandoned, a.closePool(graceful.Add(StopMargin-100*time.Millisecond))...)
-	for _, l := range late { // what a step abandoned above said, if it returned meanwhile
-		select {
-		case err := <-l.result:
-			if err != nil {
-				abandoned[l.index] += " (" + err.Error() + ")"
-			}
-		default:
-		}
-	}
+	st.abandoned = append(st.abandoned, a.closePool(graceful.Add(StopMargin-100*time.Millisecond))...)
+	st.collectLate()
 
 	var out []error
 	attrs := []any{"name", cfg.Name, "instance_id", cfg.InstanceID, "duration", time.Since(start)}
-	if len(abandoned) > 0 {
-		out = append(out, fmt.Errorf("%w: %s", ErrAbandoned, strings.Join(abandoned, "; ")))
+	if len(st.abandoned) > 0 {
+		out = append(out, fmt.Errorf("%w: %s", ErrAbandoned, strings.Join(st.abandoned, "; ")))
 	}
-	out = append(out, errs...)
+	out = append(out, st.errs...)
 	err := errors.Join(out...)
 	switch {
-	case len(abandoned) > 0:
-		if len(errs) > 0 {
-			attrs = append(attrs, "err", errors.Join(errs...))
+	case len(st.abandoned) > 0:
+		if len(st.errs) > 0 {
+			attrs = append(attrs, "err", errors.Join(st.errs...))
 		}
-		cfg.Logger.Error("kumiko: stopped, abandoned "+strings.Join(abandoned, "; "), attrs...)
+		cfg.Logger.Error("kumiko: stopped, abandoned "+strings.Join(st.abandoned, "; "), attrs...)
 	case err != nil:
 		cfg.Logger.Error("kumiko: stopped", append(attrs, "err", err)...)
 	default:
@@ -122,7 +104,63 @@ func (a *App) stopStarted(ctx context.Context) error {
 	return err
 }
 
-// lateStep is a step abandoned by stopStarted: its Stop's result arrives on
+// stopping is one stop under way: its bounds, and what it gave up on.
+type stopping struct {
+	ctx context.Context // ends at graceful
+	// graceful is the deadline the parts share; hard the end of the time
+	// the steps may take, before the connections and the pool are closed.
+	graceful, hard time.Time
+
+	mu        sync.Mutex
+	abandoned []string
+	errs      []error
+	late      []lateStep
+}
+
+// run stops steps in reverse order, each within its bound: stepGrace past
+// the deadline (or past its own start, when later), and never past hard
+// (or a brief moment, for a step that begins later still).
+func (st *stopping) run(steps []step) {
+	for i := len(steps) - 1; i >= 0; i-- {
+		s := steps[i]
+		limit := lifecycle.Later(st.graceful, time.Now()).Add(stepGrace)
+		if limit.After(st.hard) {
+			limit = lifecycle.Later(st.hard, time.Now().Add(minStepWait))
+		}
+		err, result := runBounded(st.ctx, s.stop, limit)
+		st.mu.Lock()
+		if result != nil {
+			st.late = append(st.late, lateStep{index: len(st.abandoned), result: result})
+			st.abandoned = append(st.abandoned, s.name+" did not stop in time")
+		}
+		for _, e := range flatten(err) {
+			if errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled) {
+				st.abandoned = append(st.abandoned, e.Error())
+			} else {
+				st.errs = append(st.errs, e)
+			}
+		}
+		st.mu.Unlock()
+	}
+}
+
+// collectLate adds what steps that did not stop in time said, if they
+// returned meanwhile.
+func (st *stopping) collectLate() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, l := range st.late {
+		select {
+		case err := <-l.result:
+			if err != nil {
+				st.abandoned[l.index] += " (" + err.Error() + ")"
+			}
+		default:
+		}
+	}
+}
+
+// lateStep is a step abandoned by a stop: its Stop's result arrives on
 // result, if ever; index is its entry among the abandoned.
 type lateStep struct {
 	index  int
