@@ -99,6 +99,7 @@ func (l *load) finish() []uuid.UUID {
 // answered 200 is in the database, once.
 func TestSIGTERMUnderWriteLoad(t *testing.T) {
 	t.Parallel()
+	reserve(t, 1)
 	const shutdown = 5 * time.Second
 	a := newApp(t, "tasks", "KUMIKO_SHUTDOWN_TIMEOUT="+shutdown.String())
 	srv := a.serve(t, "sigterm-load")
@@ -132,6 +133,7 @@ func TestSIGTERMUnderWriteLoad(t *testing.T) {
 // delivery with no key that would hide a second one.
 func TestKillOneOfThreeUnderLoad(t *testing.T) {
 	t.Parallel()
+	reserve(t, 3)
 	a := newE2EApp(t)
 	srvA, srvB := a.serve(t, "kill-a"), a.serve(t, "kill-b")
 	a.worker(t, "kill-w")
@@ -164,6 +166,7 @@ func TestKillOneOfThreeUnderLoad(t *testing.T) {
 // did not move past the event, and the next start delivers it.
 func TestSIGTERMWhileAHandlerBlocks(t *testing.T) {
 	t.Parallel()
+	reserve(t, 1)
 	const shutdown = 2 * time.Second
 	a := newE2EApp(t, "KUMIKO_SHUTDOWN_TIMEOUT="+shutdown.String())
 	srv := a.serve(t, "block-1", "E2E_BLOCK=1")
@@ -222,11 +225,12 @@ func TestSIGTERMWhileAHandlerBlocks(t *testing.T) {
 // once.
 func TestJobsSurviveKilledProcesses(t *testing.T) {
 	t.Parallel()
+	reserve(t, 4)
 	const (
 		jobs        = 2000
 		rescueAfter = 3 * time.Second
 	)
-	a := newE2EApp(t, "KUMIKO_JOB_RESCUE_AFTER="+rescueAfter.String(), "E2E_WORK_DELAY=250ms")
+	a := newE2EApp(t, "KUMIKO_JOB_RESCUE_AFTER="+rescueAfter.String(), "E2E_WORK_DELAY=100ms")
 	srvA, srvB := a.serve(t, "jobs-a"), a.serve(t, "jobs-b")
 	w1 := a.worker(t, "jobs-w1")
 	a.worker(t, "jobs-w2")

@@ -256,7 +256,48 @@ func (p *proc) stop(shutdown time.Duration) {
 // stopSlack is what a loaded two-core machine may add to the stop bound.
 const stopSlack = 10 * time.Second
 
+// shutdownTimeout is every app's KUMIKO_SHUTDOWN_TIMEOUT unless a test sets
+// its own.
+const shutdownTimeout = 5 * time.Second
+
 // ---- apps ----
+
+// e2eConns is the pool size of e2eapp's processes (each holds three
+// connections more of its own: the heartbeat's and two listeners').
+// PostgreSQL's default allows 100 connections for every test of the
+// repository running at once; see also reserve.
+const e2eConns = 5
+
+// maxProcs is how many app processes the suite runs at once.
+const maxProcs = 5
+
+var procSlots = struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	free int
+}{free: maxProcs}
+
+func init() { procSlots.cond = sync.NewCond(&procSlots.mu) }
+
+// reserve holds n of the suite's process slots until t ends: a test calls
+// it first with the most processes it runs at once, so that the suite's
+// connections stay within the server's limit however many tests run.
+func reserve(t testing.TB, n int) {
+	t.Helper()
+	require.LessOrEqual(t, n, maxProcs)
+	procSlots.mu.Lock()
+	for procSlots.free < n {
+		procSlots.cond.Wait()
+	}
+	procSlots.free -= n
+	procSlots.mu.Unlock()
+	t.Cleanup(func() {
+		procSlots.mu.Lock()
+		procSlots.free += n
+		procSlots.mu.Unlock()
+		procSlots.cond.Broadcast()
+	})
+}
 
 // app is one deployment of an app binary: its database schema and the
 // environment every process of it gets, as the README lists it.
@@ -293,7 +334,7 @@ func newAppOn(t testing.TB, name string, db *kumikotest.DB, env ...string) *app 
 		"REDIS_URL="+kumikotest.RedisURL(),
 		"KUMIKO_JWT_SECRET="+secret,
 		"KUMIKO_ADDR=127.0.0.1:0",
-		"KUMIKO_SHUTDOWN_TIMEOUT=5s",
+		"KUMIKO_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
 	)
 	a := &app{bin: bin, db: db, env: append(base, env...),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}, Timeout: 30 * time.Second}}
@@ -550,7 +591,7 @@ func (c *client) events(lastID int64) *stream {
 		req.Header.Set("Last-Event-ID", fmt.Sprint(lastID))
 	}
 	// No client timeout: a stream stays open; the context ends it.
-	resp, err := (&http.Client{Transport: c.hc.Transport}).Do(req)
+	resp, err := (&http.Client{Transport: c.hc.Transport}).Do(req) //nolint:bodyclose // the reader goroutine closes it
 	if err != nil {
 		cancel()
 		c.t.Fatalf("GET /api/events: %v", err)
@@ -610,10 +651,10 @@ func (s *stream) close() {
 }
 
 // newE2EApp deploys e2eapp's fault feature with the table its jobs write
-// their runs to.
+// their runs to, on pools of e2eConns connections.
 func newE2EApp(t testing.TB, env ...string) *app {
 	t.Helper()
-	a := newApp(t, "e2eapp", env...)
+	a := newApp(t, "e2eapp", append([]string{"E2E_MAX_CONNS=" + strconv.Itoa(e2eConns)}, env...)...)
 	a.db.Exec(t, `CREATE TABLE e2e_job_runs (job text NOT NULL, key text NOT NULL, pid int NOT NULL, attempt int NOT NULL,
 		ran_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
 	return a

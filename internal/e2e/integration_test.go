@@ -35,6 +35,7 @@ func queueState(ch *amqp.Channel, name string) (messages, consumers int, err err
 // e2eapp with names unique to the run, so their queues are too.
 func TestIntegrationEventsOverRabbitMQ(t *testing.T) {
 	t.Parallel()
+	reserve(t, 2)
 	url := rabbitURL()
 	conn, err := amqp.Dial(url)
 	require.NoError(t, err, "RabbitMQ at %s must be running (make services)", url)

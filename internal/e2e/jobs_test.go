@@ -18,6 +18,7 @@ func TestJobEnqueuedWhileNothingRuns(t *testing.T) {
 	for _, cmd := range []string{"serve", "worker"} {
 		t.Run(cmd, func(t *testing.T) {
 			t.Parallel()
+			reserve(t, 1)
 			a := newApp(t, "tasks")
 			var run struct {
 				ID int64 `json:"id"`
@@ -42,6 +43,7 @@ func TestJobEnqueuedWhileNothingRuns(t *testing.T) {
 // enqueues in its transaction to run a few seconds later.
 func TestJobsOfTheE2EApp(t *testing.T) {
 	t.Parallel()
+	reserve(t, 1)
 	a := newE2EApp(t)
 	srv := a.serve(t, "e2e-jobs")
 

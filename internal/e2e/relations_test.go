@@ -14,9 +14,10 @@ import (
 // counted under their project in the answer of another.
 func TestMultiStreamProjection(t *testing.T) {
 	t.Parallel()
+	reserve(t, 3)
 	a := newApp(t, "relations")
 	writer, reader := a.serve(t, "relations-a"), a.serve(t, "relations-b")
-	a.worker(t, "relations-w")
+	w := a.worker(t, "relations-w")
 	tenant := uuid.New()
 	mia := a.as(t, writer, tenant, "mia", "Member")
 	noah := a.as(t, reader, tenant, "noah", "Member")
@@ -44,4 +45,8 @@ func TestMultiStreamProjection(t *testing.T) {
 	head = a.db.Count(t, "SELECT max(id)::int FROM kumiko_events")
 	cursor = a.db.Count(t, "SELECT last_processed_event_id::int FROM kumiko_event_consumers WHERE name = 'project_tasks' AND instance_id = '__shared__'")
 	require.GreaterOrEqual(t, cursor, head, "one shared shard, caught up")
+
+	for _, p := range []*proc{writer.proc, reader.proc, w} {
+		p.stop(shutdownTimeout)
+	}
 }

@@ -30,11 +30,13 @@ type task struct {
 // needs no other: each subtest works in a tenant of its own.
 func TestTasks(t *testing.T) {
 	t.Parallel()
+	reserve(t, 1)
 	a := newApp(t, "tasks")
 	srv := a.serve(t, "tasks-1")
 	t.Run("parallel", func(t *testing.T) { tasksLines(t, a, srv) })
 	// Disabling a consumer touches every tenant: after the others.
 	t.Run("console", func(t *testing.T) { consoleLine(t, a, srv) })
+	t.Run("stops cleanly", func(t *testing.T) { srv.stop(shutdownTimeout) })
 }
 
 func tasksLines(t *testing.T, a *app, srv *server) {
@@ -221,7 +223,7 @@ func consoleLine(t *testing.T, a *app, srv *server) {
 	require.NoError(t, err)
 	browser := &http.Client{Transport: a.hc.Transport, Jar: jar, Timeout: 30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	post := func(path string, form url.Values, csrf string) *http.Response {
+	post := func(path string, form url.Values, csrf string) (int, http.Header) {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, srv.base+path, strings.NewReader(form.Encode()))
 		require.NoError(t, err)
@@ -234,12 +236,12 @@ func consoleLine(t *testing.T, a *app, srv *server) {
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		return resp
+		return resp.StatusCode, resp.Header
 	}
 	operator := token(t, uuid.New(), "olga", "Operator")
-	resp := post("/ops/login", url.Values{"token": {operator}, "next": {"/ops/consumers"}}, "")
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Equal(t, "/ops/consumers", resp.Header.Get("Location"))
+	code, header := post("/ops/login", url.Values{"token": {operator}, "next": {"/ops/consumers"}}, "")
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, "/ops/consumers", header.Get("Location"))
 	u, _ := url.Parse(srv.base + "/ops/")
 	cookies := map[string]string{}
 	for _, c := range jar.Cookies(u) {
@@ -278,12 +280,14 @@ func consoleLine(t *testing.T, a *app, srv *server) {
 		return ""
 	}
 	require.NotEqual(t, "disabled", status())
-	require.Equal(t, http.StatusForbidden, post("/ops/consumers/disable", url.Values{"name": {"jobs"}}, "").StatusCode,
-		"an action without the session's CSRF token is refused")
+	code, _ = post("/ops/consumers/disable", url.Values{"name": {"jobs"}}, "")
+	require.Equal(t, http.StatusForbidden, code, "an action without the session's CSRF token is refused")
 	require.NotEqual(t, "disabled", status())
 
-	require.Equal(t, http.StatusOK, post("/ops/consumers/disable", url.Values{"name": {"jobs"}}, csrf).StatusCode)
+	code, _ = post("/ops/consumers/disable", url.Values{"name": {"jobs"}}, csrf)
+	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "disabled", status())
-	require.Equal(t, http.StatusOK, post("/ops/consumers/enable", url.Values{"name": {"jobs"}}, csrf).StatusCode)
+	code, _ = post("/ops/consumers/enable", url.Values{"name": {"jobs"}}, csrf)
+	require.Equal(t, http.StatusOK, code)
 	require.NotEqual(t, "disabled", status())
 }

@@ -9,7 +9,9 @@
 //     (the two apps of an integration); empty runs the fault feature below;
 //   - E2E_BLOCK: when set, the consumer e2e-deliveries blocks for ever,
 //     ignoring its context, on a note titled "block";
-//   - E2E_WORK_DELAY: how long a run of e2e.work takes (default 100ms).
+//   - E2E_WORK_DELAY: how long a run of e2e.work takes (default 100ms);
+//   - E2E_MAX_CONNS: the size of the database pool (kumiko.Config.MaxConns,
+//     default 20), so that many processes fit one test server.
 //
 // The fault feature writes what it does into tables the suite creates in
 // the app's schema (KUMIKO_SCHEMA): e2e_job_runs, one row per job run,
@@ -20,6 +22,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +35,14 @@ import (
 
 func main() {
 	cfg := kumiko.Config{Name: cmp.Or(os.Getenv("E2E_NAME"), "e2e")}
+	if v := os.Getenv("E2E_MAX_CONNS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "E2E_MAX_CONNS:", err)
+			os.Exit(2)
+		}
+		cfg.MaxConns = int32(n)
+	}
 	switch os.Getenv("E2E_FEATURES") {
 	case "orders":
 		kumiko.Main(cfg, orders.Feature)
