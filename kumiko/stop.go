@@ -127,10 +127,10 @@ func (st *stopping) run(steps []step) {
 		if limit.After(st.hard) {
 			limit = lifecycle.Later(st.hard, time.Now().Add(minStepWait))
 		}
-		err, result := runBounded(st.ctx, s.stop, limit)
+		late, err := runBounded(st.ctx, s.stop, limit)
 		st.mu.Lock()
-		if result != nil {
-			st.late = append(st.late, lateStep{index: len(st.abandoned), result: result})
+		if late != nil {
+			st.late = append(st.late, lateStep{index: len(st.abandoned), result: late})
 			st.abandoned = append(st.abandoned, s.name+" did not stop in time")
 		}
 		for _, e := range flatten(err) {
@@ -168,17 +168,17 @@ type lateStep struct {
 }
 
 // runBounded runs stop(ctx) and waits for it until limit. When it does not
-// return by then, result is where its error arrives later.
-func runBounded(ctx context.Context, stop func(context.Context) error, limit time.Time) (err error, result <-chan error) {
+// return by then, late is where its error arrives later.
+func runBounded(ctx context.Context, stop func(context.Context) error, limit time.Time) (late <-chan error, err error) {
 	ch := make(chan error, 1)
 	go func() { ch <- stop(ctx) }()
 	timer := time.NewTimer(time.Until(limit))
 	defer timer.Stop()
 	select {
 	case err := <-ch:
-		return err, nil
+		return nil, err
 	case <-timer.C:
-		return nil, ch
+		return ch, nil
 	}
 }
 

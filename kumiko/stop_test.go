@@ -132,7 +132,7 @@ func probe(s *stuck) *feature.Feature {
 		})
 		r.IntegrationEvent("probe.sent", Sent{})
 		feature.HandleCommand(r, "probe.publish", feature.AnyUser(), func(ctx feature.CommandContext, in probeKey) (any, error) {
-			return nil, ctx.Publish("probe.sent", Sent{Key: in.Key})
+			return nil, ctx.Publish("probe.sent", Sent(in))
 		})
 		r.OnIntegrationEvent("probe.sent", "probe-receive", func(ctx feature.CommandContext, m feature.Message) error {
 			var p Sent
