@@ -34,10 +34,9 @@ const secret = "an-end-to-end-secret-long-enough-for-hs256"
 
 // packages are the app binaries the suite builds, by name.
 var packages = map[string]string{
-	"tasks":         "./samples/tasks/cmd/tasks",
-	"relations":     "./samples/relations/cmd/relations",
-	"notifications": "./samples/notifications/cmd/notifications",
-	"e2eapp":        "./internal/e2e/e2eapp",
+	"tasks":     "./samples/tasks/cmd/tasks",
+	"relations": "./samples/relations/cmd/relations",
+	"e2eapp":    "./internal/e2e/e2eapp",
 }
 
 var (
@@ -148,6 +147,7 @@ func startProc(t testing.TB, label, bin string, env []string, args ...string) *p
 	p := &proc{t: t, label: label, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
+	p.cmd.SysProcAttr = sysProcAttr()
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	require.NoError(t, p.cmd.Start())
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
@@ -396,6 +396,7 @@ func (a *app) tryCLI(t testing.TB, args ...string) cliResult {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, a.bin, args...)
 	cmd.Env = a.environ("e2e-cli")
+	cmd.SysProcAttr = sysProcAttr()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
