@@ -65,14 +65,19 @@ func metricsListener(cfg Config, reg *prometheus.Registry, bound *listenAddr) st
 //
 // Its stop follows the stop contract (see internal/lifecycle): it shuts
 // the server down gracefully until ctx ends — no new connections, open
-// requests answered; then it cancels the contexts of the requests still
-// running and closes their connections, waits until lifecycle.GiveUp(ctx)
-// for their handlers, and returns an error naming them (method and path).
+// requests answered, event streams (requests that accept
+// text/event-stream: the console's, and the API's, which the server ends
+// itself) ended at once, their clients reconnecting elsewhere; then it
+// cancels the contexts of the requests still running and closes their
+// connections, waits until lifecycle.GiveUp(ctx) for their handlers, and
+// returns an error naming them (method and path).
 func listener(cfg Config, what, address string, hs *http.Server, bound *listenAddr) step {
 	var (
 		requests lifecycle.Work
 		stopping context.Context // ended when the stop gives up on the requests
 		giveUp   context.CancelFunc
+		draining context.Context // ended when the stop begins, and with it the streams
+		drain    context.CancelFunc
 	)
 	inner := hs.Handler
 	hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -82,6 +87,9 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		defer context.AfterFunc(stopping, cancel)()
+		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			defer context.AfterFunc(draining, cancel)()
+		}
 		inner.ServeHTTP(w, r.WithContext(ctx))
 	})
 	return step{
@@ -95,6 +103,7 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 			// Serving outlives the start call, until the stop (the request
 			// contexts do not derive from ctx).
 			stopping, giveUp = context.WithCancel(context.WithoutCancel(ctx))
+			draining, drain = context.WithCancel(context.WithoutCancel(ctx))
 			go func() {
 				if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					cfg.Logger.Error("kumiko: "+what+" server stopped", "err", err)
@@ -105,6 +114,7 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 		},
 		stop: func(ctx context.Context) error {
 			defer giveUp()
+			drain()
 			err := hs.Shutdown(ctx)
 			if err == nil {
 				return nil

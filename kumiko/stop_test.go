@@ -3,6 +3,7 @@ package kumiko_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -347,10 +348,23 @@ func TestCleanStopIsFast(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return db.Count(t, "SELECT count(*) FROM probe_seen") == 1 && db.Count(t, "SELECT count(*) FROM kumiko_inbox") == 1
 	}, 30*time.Second, 10*time.Millisecond)
+	// An operator's console page is open: its event stream never ends by
+	// itself.
+	req, err := http.NewRequest(http.MethodGet, "http://"+app.Addr()+"/ops/events/live", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+issue(t, []string{"Operator"}))
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	streamed := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); streamed <- err }()
 
 	began := time.Now()
 	require.NoError(t, app.Stop(context.Background()))
-	require.Less(t, time.Since(began), timeout/2, "a clean stop does not wait for its deadline")
+	require.Less(t, time.Since(began), timeout/2, "a clean stop does not wait for its deadline, nor for the open stream")
+	require.NoError(t, <-streamed, "the stream ended")
 	require.Len(t, logs.records(t, "kumiko: stopped"), 1)
 	require.Empty(t, logs.prefixed(t, "kumiko: stopped, abandoned"))
 }
