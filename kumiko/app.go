@@ -378,19 +378,20 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop takes the app down: at once the listeners, the job runner and event
-// delivery stop taking work, then integration events stop, then the
-// stores and the pool close. It is graceful until one deadline shared by
-// every part — the earlier of ctx's deadline and now +
-// Config.ShutdownTimeout: running work may finish. At the deadline the parts cancel the
-// contexts of the work still running (requests, consumer passes, jobs,
-// integration handlers); a part that does not return soon after is
-// abandoned; then Stop closes the database connections abandoned work
-// still holds, so its transactions roll back, and the pool. It returns
-// within that deadline + StopMargin whatever the work does, and logs one
-// line at the end: "kumiko: stopped", or "kumiko: stopped, abandoned …"
-// naming what it gave up on, when it returns an error wrapping
-// ErrAbandoned. Abandoned work is delivered again after the next start.
+// Stop takes the app down. At once the listeners, the job runner and
+// event delivery stop taking work (open event streams end); then
+// integration events stop; then the stores and the pool close. It is
+// graceful until one deadline shared by every part — the earlier of ctx's
+// deadline and now + Config.ShutdownTimeout: running work may finish. At
+// the deadline the parts cancel the contexts of the work still running
+// (requests, consumer passes, jobs, integration handlers); a part that does
+// not return soon after is abandoned; then Stop closes the database
+// connections abandoned work still holds, so its transactions roll back,
+// and the pool. It returns within that deadline + StopMargin whatever the
+// work does, and logs one line at the end: "kumiko: stopped", or "kumiko:
+// stopped, abandoned …" naming what it gave up on when it returns an error
+// wrapping ErrAbandoned. Abandoned work is delivered again after the next
+// start.
 //
 // Stopping an app that never started releases its pool; stopping twice
 // does nothing.
