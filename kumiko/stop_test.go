@@ -74,6 +74,21 @@ func (s *stuck) waitEntered(t *testing.T, part string) {
 	}
 }
 
+// waitAll waits until the handlers of parts block, in any order.
+func (s *stuck) waitAll(t *testing.T, parts ...string) {
+	t.Helper()
+	var got []string
+	for range parts {
+		select {
+		case part := <-s.entered:
+			got = append(got, part)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("reached only %v of %v", got, parts)
+		}
+	}
+	require.ElementsMatch(t, parts, got)
+}
+
 func (s *stuck) saw(part string, id int64) {
 	s.mu.Lock()
 	s.seen[part] = append(s.seen[part], id)
@@ -328,6 +343,36 @@ func TestStopAbandonsABlockedJob(t *testing.T) {
 
 	stopAbandoning(t, app, logs, "probe.hang")
 	require.True(t, lockFree(t, db, "job"), "the job's transaction rolled back")
+}
+
+// Everything blocks at once — two consumers, a request, an integration
+// handler and a job: the parts give up on them side by side, and the stop
+// still returns within ShutdownTimeout + StopMargin, naming each.
+func TestStopIsBoundedWhenEverythingBlocks(t *testing.T) {
+	t.Parallel()
+	db := kumikotest.NewDB(t)
+	s := newStuck(t, "projection", "side-effect", "command", "integration", "job")
+	logs := &lockedBuffer{}
+	app := startProbe(t, db, s, "all-1", logs)
+	token := issue(t, []string{"User"})
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+app.Addr()+"/api/command", strings.NewReader(`{"type":"probe.block","payload":{"key":"blocked"}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	post(t, "http://"+app.Addr()+"/api/write", token, `{"type":"task.create","payload":{"title":"t"}}`, http.StatusOK)
+	post(t, "http://"+app.Addr()+"/api/command", token, `{"type":"probe.publish","payload":{"key":"sent"}}`, http.StatusOK)
+	_, err := app.Parts().Executor.Jobs().Enqueue(context.Background(), "probe.hang", probeKey{Key: "job"}, jobs.Options{})
+	require.NoError(t, err)
+	s.waitAll(t, "projection", "side-effect", "command", "integration", "job")
+
+	stopAbandoning(t, app, logs, "probe-table", "probe-mailer", "POST /api/command", "probe-receive", "probe.hang")
+	for _, key := range []string{"blocked", "sent", "job"} {
+		require.True(t, lockFree(t, db, key), "%s rolled back", key)
+	}
 }
 
 // A stop with nothing running returns nil well before the deadline, and
