@@ -399,12 +399,15 @@ func TestCleanStopIsFast(t *testing.T) {
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+issue(t, []string{"Operator"}))
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // the reader goroutine closes it
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
 	streamed := make(chan error, 1)
-	go func() { _, err := io.Copy(io.Discard, resp.Body); streamed <- err }()
+	go func() {
+		defer resp.Body.Close()
+		_, err := io.Copy(io.Discard, resp.Body)
+		streamed <- err
+	}()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	began := time.Now()
 	require.NoError(t, app.Stop(context.Background()))
