@@ -156,8 +156,10 @@ func (s *Server) settlement(c echo.Context, store idempotency.Store, k idempoten
 // rather than run.
 func (s *Server) settleLater(st settlement) {
 	s.records.Add(1)
+	s.recording.Add(1)
 	go func() {
 		defer s.records.Done()
+		defer s.recording.Add(-1)
 		s.settle(st)
 	}()
 }
@@ -166,6 +168,9 @@ func (s *Server) settleLater(st settlement) {
 // written, or ctx ends. Call it after the HTTP server stopped serving and
 // before closing the idempotency store's client.
 func (s *Server) WaitRecords(ctx context.Context) error {
+	if s.recording.Load() == 0 {
+		return nil // nothing to wait for, whatever ctx says
+	}
 	done := make(chan struct{})
 	go func() {
 		s.records.Wait()

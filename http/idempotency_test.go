@@ -270,3 +270,23 @@ func sendReply(srv *httptest.Server, r request) reply {
 	}
 	return rep
 }
+
+// WaitRecords with nothing being recorded returns nil even when its
+// context has ended: a stop that used up its deadline on requests still
+// closes the store cleanly; after a keyed write it returns once the record
+// is written.
+func TestWaitRecordsWithNothingPending(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 200 { // the two select branches were both ready: a coin toss each time
+		require.NoError(t, e.s.WaitRecords(done))
+	}
+	alice := token(t, "alice", tenantA, "User")
+	r := e.post("/api/write", alice, keyedCreate, "Idempotency-Key", "wait-1")
+	require.Equal(t, 200, r.status, r.String())
+	ctx, stop := context.WithTimeout(t.Context(), 10*time.Second)
+	defer stop()
+	require.NoError(t, e.s.WaitRecords(ctx))
+}

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -281,6 +282,9 @@ type Server struct {
 	// records counts the idempotency records being written after their
 	// requests were answered (see WaitRecords).
 	records sync.WaitGroup
+	// recording is records' count, which a WaitGroup does not tell:
+	// WaitRecords with nothing to wait for returns nil at once.
+	recording atomic.Int64
 }
 
 // NewServer builds the server for d, inspecting streams in store (the
