@@ -58,7 +58,9 @@ func Timestamp() *Field { return newField(spec.TypeTimestamp) }
 func UUID() *Field { return newField(spec.TypeUUID) }
 
 // Reference is the id of an aggregate of entity (any feature's); it is a UUID
-// and the entity must exist in the app.
+// and the entity must exist in the app. A plain Reference checks only that
+// the value is a UUID: not that the row exists, nor that it is of the
+// writer's tenant, nor that it is not deleted; see [Field.MustExist].
 func Reference(entity string) *Field {
 	f := newField(spec.TypeReference)
 	f.spec.Ref = entity
@@ -157,6 +159,24 @@ func (f *Field) WrittenBy(commands ...string) *Field {
 	}
 	if slices.Contains(commands, "") {
 		f.problem("WrittenBy has an empty command name")
+	}
+	return f
+}
+
+// MustExist makes every write that sets the reference (a CRUD create or
+// update, a command appending the entity's created or updated event) check,
+// in its transaction, that the value names a row of the referenced entity's
+// read table in the writer's tenant (the system tenant for a system-stream
+// entity) and, for a soft-deleting entity, one that is not deleted. A value
+// that names none answers 422 unprocessable (reason reference_not_found,
+// details.field the field), the same for an id of another tenant as for an
+// id that names nothing. The row is locked FOR SHARE until the write
+// commits, so it cannot be deleted in between. A null value is not checked
+// (Required forbids it). It applies to reference fields only.
+func (f *Field) MustExist() *Field {
+	f.spec.MustExist = true
+	if f.spec.Type != spec.TypeReference {
+		f.problem(fmt.Sprintf("MustExist applies to reference fields, not %s", f.spec.Type))
 	}
 	return f
 }

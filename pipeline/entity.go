@@ -36,6 +36,11 @@ type entityTable struct {
 	// selectList is every column a row read returns, in scan order.
 	selectList string
 	insert     string
+	// mustExist are the reference fields declared MustExist, sorted.
+	mustExist []string
+	// exists locks a live row of the table by id and tenant FOR SHARE: the
+	// check of a MustExist reference to this entity.
+	exists string
 }
 
 // uniqueViolation turns a violation of a unique field's index into the
@@ -85,6 +90,9 @@ func newEntityTable(schema string, e *registry.Entity) *entityTable {
 		fs, _ := e.Field(f)
 		t.specs[f] = fs
 		t.writeRoles = t.writeRoles || len(fs.WriteRoles) > 0
+		if fs.Type == spec.TypeReference && fs.MustExist {
+			t.mustExist = append(t.mustExist, f)
+		}
 		col := pgx.Identifier{spec.ColumnName(f)}.Sanitize()
 		t.cols[f] = col
 		sel = append(sel, col)
@@ -97,7 +105,52 @@ func newEntityTable(schema string, e *registry.Entity) *entityTable {
 	}
 	t.selectList = strings.Join(sel, ", ")
 	t.insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", t.table, strings.Join(insCols, ", "), strings.Join(insVals, ", "))
+	t.exists = fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 AND tenant_id = $2%s FOR SHARE", t.table, t.liveOnly())
 	return t
+}
+
+// ReasonReferenceNotFound is the Reason of the unprocessable answer to a
+// write whose MustExist reference names no live row of the referenced
+// entity in the writer's tenant. Details name the field; an id of another
+// tenant answers exactly like one that names nothing.
+const ReasonReferenceNotFound = "reference_not_found"
+
+// checkReferences checks the MustExist references an entity's created or
+// updated event sets (payload holds the fields it sets) in db: each non-null
+// value must name a live row of its entity in that entity's tenant for c.
+// The row stays locked FOR SHARE until db ends, so it cannot be deleted
+// before the write commits.
+func (d *Executor) checkReferences(ctx context.Context, db pgx.Tx, c *Caller, t *entityTable, payload json.RawMessage) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &fields); err != nil {
+		return fmt.Errorf("decode entity payload: %w", err)
+	}
+	for _, f := range t.mustExist {
+		raw, ok := fields[f]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		ref := d.entities[t.specs[f].Ref]
+		notFound := newError(CodeUnprocessable, ReasonReferenceNotFound,
+			fmt.Sprintf("%s does not name an existing %s", f, ref.e.Name()), nil).with("field", f)
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return notFound
+		}
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return notFound
+		}
+		var one int
+		err = db.QueryRow(ctx, ref.exists, [16]byte(id), [16]byte(d.tenantOf(ref, c))).Scan(&one)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return notFound
+		case err != nil:
+			return fmt.Errorf("check reference %s: %w", f, err)
+		}
+	}
+	return nil
 }
 
 // apply writes one event of the entity's stream to its row and returns the

@@ -159,6 +159,11 @@ func (cc *commandContext) checkAuthoring(et registry.EventType, raw json.RawMess
 // stored event and, for entity streams, the entity's row afterwards.
 func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string, headers map[string]string) (eventstore.Event, map[string]any, error) {
 	et, _ := d.reg.Event(typ)
+	if t := d.entities[et.Entity]; t != nil && len(t.mustExist) > 0 && (et.Verb == registry.VerbCreate || et.Verb == registry.VerbUpdate) {
+		if err := d.checkReferences(ctx, tx, c, t, payload); err != nil {
+			return eventstore.Event{}, nil, err
+		}
+	}
 	if len(headers) > 0 {
 		merged := maps.Clone(c.Headers)
 		if merged == nil {

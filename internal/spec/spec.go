@@ -154,7 +154,10 @@ type Field struct {
 	Sortable bool
 	Unique   bool
 	// Ref is the referenced entity of a reference field.
-	Ref        string
+	Ref string
+	// MustExist makes writes check that a reference names a live row of Ref
+	// in the writer's tenant.
+	MustExist  bool
 	ReadRoles  []string
 	WriteRoles []string
 	// WrittenBy are the commands that write the field whatever their
