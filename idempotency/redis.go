@@ -7,11 +7,15 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// DefaultRedisTimeout is the default of RedisConfig.Timeout.
+const DefaultRedisTimeout = time.Second
 
 // RedisConfig configures a RedisStore. The zero value is usable.
 type RedisConfig struct {
@@ -23,10 +27,27 @@ type RedisConfig struct {
 	// LockTTL is how long a claim lives without Complete or Release.
 	// Default DefaultLockTTL.
 	LockTTL time.Duration
+	// Timeout bounds each call of the store (Claim, Complete, Release —
+	// one script each): past it the call fails with ErrUnavailable, so a
+	// Redis that accepts connections and never answers costs a keyed
+	// request this long, not the client's own timeouts (go-redis waits 5 s
+	// per read by default). The bound holds whatever the client's options
+	// are: the store stops waiting at it even when the client ignores
+	// context deadlines (redis.Options.ContextTimeoutEnabled false, the
+	// go-redis default); the abandoned call then ends at the client's own
+	// timeouts. A client with ContextTimeoutEnabled ends it at the bound
+	// too. The client's own timeouts (DialTimeout, ReadTimeout,
+	// PoolTimeout, …) still apply inside the bound: whichever ends first
+	// fails the call. Default DefaultRedisTimeout (1s); negative: no bound
+	// of the store's own.
+	Timeout time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
 func (c RedisConfig) WithDefaults() RedisConfig {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultRedisTimeout
+	}
 	if c.Prefix == "" {
 		c.Prefix = "kumiko:idem:"
 	}
@@ -143,7 +164,9 @@ func (s *RedisStore) Claim(ctx context.Context, key Key, fingerprint string) (*R
 	if err != nil {
 		return nil, fmt.Errorf("%w: claim: encode record: %w", ErrUnavailable, err)
 	}
-	res, err := claimScript.Run(ctx, s.client, []string{s.key(key)}, pending, millis(s.cfg.LockTTL)).Result()
+	res, err := bounded(ctx, s.cfg.Timeout, func(ctx context.Context) (any, error) {
+		return claimScript.Run(ctx, s.client, []string{s.key(key)}, pending, millis(s.cfg.LockTTL)).Result()
+	})
 	if err != nil {
 		return nil, backendError(ctx, "claim", err)
 	}
@@ -179,7 +202,9 @@ func (s *RedisStore) Complete(ctx context.Context, key Key, fingerprint string, 
 	if err != nil {
 		return fmt.Errorf("%w: complete: encode record: %w", ErrUnavailable, err)
 	}
-	n, err := completeScript.Run(ctx, s.client, []string{s.key(key)}, fp, done, millis(s.cfg.TTL)).Int()
+	n, err := bounded(ctx, s.cfg.Timeout, func(ctx context.Context) (int, error) {
+		return completeScript.Run(ctx, s.client, []string{s.key(key)}, fp, done, millis(s.cfg.TTL)).Int()
+	})
 	if err != nil {
 		return backendError(ctx, "complete", err)
 	}
@@ -191,17 +216,59 @@ func (s *RedisStore) Complete(ctx context.Context, key Key, fingerprint string, 
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, key Key, fingerprint string) error {
-	err := releaseScript.Run(ctx, s.client, []string{s.key(key)}, encodeFingerprint(fingerprint)).Err()
+	_, err := bounded(ctx, s.cfg.Timeout, func(ctx context.Context) (any, error) {
+		return nil, releaseScript.Run(ctx, s.client, []string{s.key(key)}, encodeFingerprint(fingerprint)).Err()
+	})
 	if err != nil {
 		return backendError(ctx, "release", err)
 	}
 	return nil
 }
 
-// backendError is the error of a failed Redis call: wrapped in
-// ErrUnavailable, unless the caller's context ended — a client that went
-// away or ran out of time is not an outage, and must not make a keyed
-// request answer 503 or run without idempotency under fail-open.
+// errNoAnswer is the cause of a call that reached its Timeout.
+var errNoAnswer = errors.New("no answer within the store's timeout")
+
+// bounded runs call on a context that ends after d (no bound when d is
+// negative) and returns at d even when call does not: a client that
+// ignores context deadlines keeps running the abandoned call in its
+// goroutine until its own timeouts end it, and its result is dropped.
+// A call that returned by then wins over the bound.
+func bounded[T any](ctx context.Context, d time.Duration, call func(context.Context) (T, error)) (T, error) {
+	if d < 0 {
+		return call(ctx)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf("%w (%s)", errNoAnswer, d))
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := call(ctx)
+		done <- result{v, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		select {
+		case r = <-done:
+		default:
+			return r.v, context.Cause(ctx)
+		}
+	}
+	if cause := context.Cause(ctx); r.err != nil && errors.Is(cause, errNoAnswer) {
+		r.err = fmt.Errorf("%w: %w", cause, r.err) // a client that honours deadlines says only "deadline exceeded"
+	}
+	return r.v, r.err
+}
+
+// backendError is the error of a failed Redis call, the store's own
+// Timeout included: wrapped in ErrUnavailable, unless the caller's context
+// ended — a client that went away or ran out of time is not an outage, and
+// must not make a keyed request answer 503 or run without idempotency
+// under fail-open.
 func backendError(ctx context.Context, op string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("idempotency: %s: %w (%w)", op, ctxErr, err)

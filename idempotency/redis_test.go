@@ -310,3 +310,60 @@ func storeCalls(ctx context.Context, s idempotency.Store, key idempotency.Key) m
 		"release":  func() error { return s.Release(ctx, key, "fp") },
 	}
 }
+
+// A Redis that accepts connections and never answers fails every call with
+// ErrUnavailable at the store's Timeout, whether the client honours context
+// deadlines or (go-redis's default) waits for its own 5 s read timeout; a
+// caller whose context ends first gets the context's error.
+func TestRedisStoreTimeoutBoundsAHangingServer(t *testing.T) {
+	t.Parallel()
+	addr := hangingServer(t)
+	key := idempotency.Key{Tenant: "t", User: "u", Key: "k"}
+	for _, honoursContext := range []bool{false, true} {
+		client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: honoursContext})
+		t.Cleanup(func() { _ = client.Close() }) // ends the abandoned calls
+		s := idempotency.NewRedisStore(client, idempotency.RedisConfig{Timeout: 300 * time.Millisecond})
+		for name, call := range storeCalls(t.Context(), s, key) {
+			start := time.Now()
+			err := call()
+			require.ErrorIs(t, err, idempotency.ErrUnavailable, "%s (context deadlines honoured: %v)", name, honoursContext)
+			require.ErrorContains(t, err, "no answer within", name)
+			require.Less(t, time.Since(start), 2*time.Second, "%s waited for the client's own timeouts", name)
+		}
+
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		err := claimErr(s.Claim(ctx, key, "fp"))
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NotErrorIs(t, err, idempotency.ErrUnavailable, "the caller's own deadline is no outage")
+	}
+}
+
+// hangingServer accepts connections on a free port of 127.0.0.1 and never
+// answers on them; they close when the test ends.
+func hangingServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	accepted := make(chan net.Conn, 1024)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		close(accepted)
+		for c := range accepted {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}

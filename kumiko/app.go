@@ -206,8 +206,11 @@ func (a *App) wireHTTP() error {
 		if err != nil {
 			return fmt.Errorf("Config.RedisURL: %w", err)
 		}
+		// The store's Timeout then also ends the call it gave up on, and
+		// frees its connection, instead of leaving it to read_timeout.
+		opts.ContextTimeoutEnabled = true
 		a.redis = redis.NewClient(opts)
-		p.Idempotency = idempotency.NewRedisStore(a.redis, idempotency.RedisConfig{})
+		p.Idempotency = idempotency.NewRedisStore(a.redis, idempotency.RedisConfig{Timeout: cfg.RedisTimeout})
 	}
 	var err error
 	p.HTTP, err = khttp.NewServer(khttp.Config{

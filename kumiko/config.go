@@ -55,7 +55,18 @@ type Config struct {
 	MaxConns int32
 	// RedisURL of the idempotency store (redis:// URL). Empty: an in-memory
 	// store serves, which is right for one process only (logged).
+	// Its query parameters set the go-redis client's own timeouts
+	// (dial_timeout, read_timeout, write_timeout, pool_timeout, …; see
+	// docs/operations.md).
 	RedisURL string
+	// RedisTimeout bounds each call to the idempotency store's Redis on a
+	// keyed request: past it the keyed write answers 503 unavailable
+	// (idempotency_unavailable), or runs without replay under
+	// IdempotencyFailOpen, instead of waiting for go-redis's own timeouts
+	// (5 s a read by default) on a Redis that accepts connections and never
+	// answers. Default idempotency.DefaultRedisTimeout (1s); negative: only
+	// the client's own timeouts apply. Unused without RedisURL.
+	RedisTimeout time.Duration
 	// RabbitMQURL of the broker integration events travel through
 	// (amqp:// URL): the app publishes to the exchange kumiko.events and
 	// receives on a quorum queue called Name. Empty: they are delivered in
@@ -349,9 +360,10 @@ func (c Config) validate() error {
 // KUMIKO_JWKS_URL, KUMIKO_OIDC_ISSUER, KUMIKO_CORS_ORIGINS (comma-separated),
 // KUMIKO_ADMIN_ROLE, KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR,
 // KUMIKO_SCHEMA, KUMIKO_INSTANCE_ID, KUMIKO_TRACE_DATABASE (true or 1:
-// TraceDatabase), KUMIKO_SHUTDOWN_TIMEOUT and KUMIKO_JOB_RESCUE_AFTER (Go
-// durations such as 30s; one that does not parse fails New). Only Main and
-// the commands call it; the library never reads the environment.
+// TraceDatabase), KUMIKO_SHUTDOWN_TIMEOUT, KUMIKO_JOB_RESCUE_AFTER and
+// KUMIKO_REDIS_TIMEOUT (Go durations such as 30s; one that does not parse
+// fails New). Only Main and the commands call it; the library never reads
+// the environment.
 func (c Config) FromEnv() Config {
 	set := func(field *string, env string) {
 		if *field == "" {
@@ -396,5 +408,6 @@ func (c Config) FromEnv() Config {
 	}
 	duration(&c.ShutdownTimeout, "KUMIKO_SHUTDOWN_TIMEOUT")
 	duration(&c.JobRescueAfter, "KUMIKO_JOB_RESCUE_AFTER")
+	duration(&c.RedisTimeout, "KUMIKO_REDIS_TIMEOUT")
 	return c
 }
