@@ -144,6 +144,46 @@ func FuzzList(f *testing.F) {
 	})
 }
 
+// Boundary integers where versions, limits, numbers and integer command
+// fields are read, on a stream that exists and one that does not, alone and
+// in a batch.
+func FuzzIntegers(f *testing.F) {
+	srv := fuzzServer(f)
+	alice := fuzzToken(f)
+	rep, err := send(srv, post("/api/write", alice, `{"type":"task.create","payload":{"title":"t"}}`))
+	require.NoError(f, err)
+	require.Equal(f, http.StatusOK, rep.status, "%s", rep)
+	var created struct {
+		Data struct{ ID string } `json:"data"`
+	}
+	require.NoError(f, json.Unmarshal(rep.body, &created))
+	const unknown = "0190a000-0000-7000-8000-0000000000ff"
+	templates := []struct{ path, typ, payload string }{
+		{"/api/write", "task.update", `{"id":"` + created.Data.ID + `","version":%n,"changes":{"done":true}}`},
+		{"/api/write", "task.update", `{"id":"` + unknown + `","version":%n,"changes":{"done":true}}`},
+		{"/api/write", "task.delete", `{"id":"` + created.Data.ID + `","version":%n}`},
+		{"/api/write", "task.restore", `{"id":"` + unknown + `","version":%n}`},
+		{"/api/batch", "task.update", `{"id":"` + created.Data.ID + `","version":%n,"changes":{"title":"b"}}`},
+		{"/api/query", "task.list", `{"limit":%n}`},
+		{"/api/command", "task.complete", `{"id":"` + created.Data.ID + `","version":%n}`},
+		{"/api/command", "task.complete", `{"id":"` + unknown + `","version":%n}`},
+	}
+	for i := range templates {
+		for _, n := range []string{"2147483646", "2147483647", "2147483648", "-2147483648", "9007199254740992", "-9007199254740992",
+			"9223372036854775807", "9223372036854775808", "-9223372036854775809", "1e400", "-0", "1.0", "0"} {
+			f.Add(uint8(i), n)
+		}
+	}
+	f.Fuzz(func(t *testing.T, which uint8, num string) {
+		tpl := templates[int(which)%len(templates)]
+		envelope := fmt.Sprintf(`{"type":%q,"payload":%s}`, tpl.typ, strings.Replace(tpl.payload, "%n", num, 1))
+		if tpl.path == "/api/batch" {
+			envelope = `{"commands":[` + envelope + `]}`
+		}
+		requireNo5xx(t, srv, post(tpl.path, alice, envelope))
+	})
+}
+
 // The Authorization header and the claims of signed tokens.
 func FuzzAuthorization(f *testing.F) {
 	srv := fuzzServer(f)

@@ -13,6 +13,12 @@ const (
 	MaxListLimit     = codec.MaxListLimit
 )
 
+// MaxVersion is the largest stream version a client may send as the version
+// it last saw (2147483646): one below the largest value of the integer
+// version column, so that the version a write appends still fits. Larger
+// versions are refused at decoding, with field code "max".
+const MaxVersion = codec.MaxVersion
+
 // The decoded payloads of CRUD handlers, as DecodePayload returns them.
 type (
 	// CreateInput is the decoded payload of <entity>.create: the entity's

@@ -157,6 +157,9 @@ func TestDecodeCrudUpdate(t *testing.T) {
 	}, fieldErrors(t, err))
 }
 
+// maxVersionMessage explains the largest version a client may send.
+const maxVersionMessage = "must be at most 2147483646 (the next version must fit the version column)"
+
 // Delete and restore take an optional expected version, bounded like an
 // update's by the width of the version column.
 func TestDecodeCrudIDVersion(t *testing.T) {
@@ -170,14 +173,14 @@ func TestDecodeCrudIDVersion(t *testing.T) {
 		v, err = reg.DecodePayload(name, json.RawMessage(`{"id":"`+id.String()+`","version":null}`))
 		require.NoError(t, err, name)
 		require.Equal(t, registry.IDInput{ID: id}, v, "null is no version")
-		v, err = reg.DecodePayload(name, json.RawMessage(`{"id":"`+id.String()+`","version":2147483647}`))
+		v, err = reg.DecodePayload(name, json.RawMessage(`{"id":"`+id.String()+`","version":2147483646}`))
 		require.NoError(t, err, name)
-		require.Equal(t, registry.IDInput{ID: id, Version: 2147483647}, v)
+		require.Equal(t, registry.IDInput{ID: id, Version: registry.MaxVersion}, v)
 
 		for payload, want := range map[string]registry.FieldError{
 			`{"id":"` + id.String() + `","version":0}`:          {Path: "version", Code: "min", Message: "must be at least 1"},
 			`{"id":"` + id.String() + `","version":-4}`:         {Path: "version", Code: "min", Message: "must be at least 1"},
-			`{"id":"` + id.String() + `","version":2147483648}`: {Path: "version", Code: "max", Message: "must be at most 2147483647"},
+			`{"id":"` + id.String() + `","version":2147483647}`: {Path: "version", Code: "max", Message: maxVersionMessage},
 			`{"id":"` + id.String() + `","version":1.5}`:        {Path: "version", Code: "type", Message: "must be an integer"},
 			`{"id":"` + id.String() + `","version":"2"}`:        {Path: "version", Code: "type", Message: "must be an integer"},
 		} {
@@ -186,10 +189,10 @@ func TestDecodeCrudIDVersion(t *testing.T) {
 		}
 	}
 	_, err := reg.DecodePayload("task.update", json.RawMessage(`{"id":"`+id.String()+`","version":2147483648,"changes":{"done":true}}`))
-	require.Equal(t, []registry.FieldError{{Path: "version", Code: "max", Message: "must be at most 2147483647"}}, fieldErrors(t, err))
+	require.Equal(t, []registry.FieldError{{Path: "version", Code: "max", Message: maxVersionMessage}}, fieldErrors(t, err))
 
 	props := schemaOf(t, reg, "task.delete")["properties"].(map[string]any)
-	require.Equal(t, map[string]any{"type": "integer", "minimum": float64(1), "maximum": float64(2147483647)}, props["version"])
+	require.Equal(t, map[string]any{"type": "integer", "minimum": float64(1), "maximum": float64(registry.MaxVersion)}, props["version"])
 }
 
 func TestDecodeCrudIDAndDetail(t *testing.T) {

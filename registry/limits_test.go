@@ -64,7 +64,7 @@ func TestListSortLimits(t *testing.T) {
 		keys(many[:registry.MaxSortKeys+1]...): {Path: "sort", Code: "max", Message: "must have at most 8 keys"},
 		keys("title", "id", "title"):           {Path: "sort[2].field", Code: "duplicate", Message: "is already a sort key"},
 		`{"sort":[{"field":"createdAt"},{"field":"createdAt","desc":true}]}`:                         {Path: "sort[1].field", Code: "duplicate", Message: "is already a sort key"},
-		`{"id":"0190b3c6-8c6e-7cc0-9a6c-5b2b1c7d8e9f","version":2147483648,"changes":{"done":true}}`: {Path: "version", Code: "max", Message: "must be at most 2147483647"},
+		`{"id":"0190b3c6-8c6e-7cc0-9a6c-5b2b1c7d8e9f","version":2147483647,"changes":{"done":true}}`: {Path: "version", Code: "max", Message: maxVersionMessage},
 	} {
 		name := "task.list"
 		if strings.Contains(payload, "version") {

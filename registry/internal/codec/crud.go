@@ -3,11 +3,14 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,6 +23,12 @@ const (
 	DefaultListLimit = 50
 	MaxListLimit     = 200
 )
+
+// MaxVersion is the largest stream version a client may send as the
+// version it last saw: one below the largest int4, the width of the version
+// column, so that the version the write appends (+1) still fits the column.
+// Every version from 1 to MaxVersion is safe to subtract 1 from as well.
+const MaxVersion = math.MaxInt32 - 1
 
 // CreateInput is the decoded payload of <entity>.create: the entity's fields
 // plus an optional client-chosen id.
@@ -152,31 +161,53 @@ func (o *crudObject) id(required bool) uuid.UUID {
 	return parsed
 }
 
-// version reads a stream version: an integer from 1 to the largest int4,
-// the width of the version column; 0 when absent.
+// version reads a stream version: an integer from 1 to MaxVersion; 0 when
+// absent.
 func (o *crudObject) version(required bool) int {
-	switch v := o.obj["version"].(type) {
-	case nil:
+	v := o.obj["version"]
+	if v == nil {
 		if required {
 			o.errs.fail("version", "required", "is required")
 		}
-	case json.Number:
-		n, err := v.Int64()
-		switch {
-		case err != nil:
-			o.errs.fail("version", "type", "must be an integer")
-		case n > math.MaxInt32:
-			o.errs.fail("version", "max", "must be at most 2147483647")
-		case n < 1:
-			o.errs.fail("version", "min", "must be at least 1")
-		default:
-			return int(n)
-		}
-	default:
-		o.errs.fail("version", "type", "must be an integer")
+		return 0
 	}
-	return 0
+	n, ok := boundedInt(v, "version", 1, MaxVersion, versionMaxMessage, &o.errs)
+	if !ok {
+		return 0
+	}
+	return n
 }
+
+// boundedInt reads a JSON integer from lo to hi at path; false, with a
+// problem, when v is no integer ("type": a fraction, an exponent, a string)
+// or lies outside the bounds ("min", "max", however large: an integer past
+// int64 is out of range, not mistyped). maxMsg explains hi.
+func boundedInt(v any, path string, lo, hi int64, maxMsg string, errs *problems) (int, bool) {
+	num, ok := v.(json.Number)
+	if !ok {
+		errs.fail(path, "type", "must be an integer")
+		return 0, false
+	}
+	n, err := num.Int64()
+	tooSmall := n < lo
+	if errors.Is(err, strconv.ErrRange) {
+		err, tooSmall = nil, strings.HasPrefix(num.String(), "-")
+		n = hi + 1
+	}
+	switch {
+	case err != nil:
+		errs.fail(path, "type", "must be an integer")
+	case tooSmall:
+		errs.fail(path, "min", fmt.Sprintf("must be at least %d", lo))
+	case n > hi:
+		errs.fail(path, "max", maxMsg)
+	default:
+		return int(n), true
+	}
+	return 0, false
+}
+
+var versionMaxMessage = fmt.Sprintf("must be at most %d (the next version must fit the version column)", MaxVersion)
 
 // asOf reads "asOf"; the zero time when absent.
 func (o *crudObject) asOf() time.Time {
@@ -294,19 +325,11 @@ func decodeList(e *Entity, obj map[string]any) (any, problems) {
 
 // listLimit reads a list's "limit"; DefaultListLimit when it does not fit.
 func listLimit(v any, errs *problems) int {
-	n, ok := v.(json.Number)
-	i, err := n.Int64()
-	switch {
-	case !ok || err != nil:
-		errs.fail("limit", "type", "must be an integer")
-	case i < 1:
-		errs.fail("limit", "min", "must be at least 1")
-	case i > MaxListLimit:
-		errs.fail("limit", "max", fmt.Sprintf("must be at most %d", MaxListLimit))
-	default:
-		return int(i)
+	n, ok := boundedInt(v, "limit", 1, MaxListLimit, fmt.Sprintf("must be at most %d", MaxListLimit), errs)
+	if !ok {
+		return DefaultListLimit
 	}
-	return DefaultListLimit
+	return n
 }
 
 // listFilter reads a list's "filter": equality conditions on the entity's

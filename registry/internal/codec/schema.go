@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"reflect"
 	"regexp"
 	"slices"
@@ -290,9 +289,9 @@ func objectSchema(props map[string]any, required []string) map[string]any {
 func uuidSchema() map[string]any { return map[string]any{"type": "string", "format": "uuid"} }
 
 // versionSchema is a stream version as a client sends it: the width of the
-// version column bounds it.
+// version column bounds it (see MaxVersion).
 func versionSchema() map[string]any {
-	return map[string]any{"type": "integer", "minimum": 1, "maximum": math.MaxInt32}
+	return map[string]any{"type": "integer", "minimum": 1, "maximum": MaxVersion}
 }
 
 func timeSchema() map[string]any { return map[string]any{"type": "string", "format": "date-time"} }
