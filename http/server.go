@@ -348,6 +348,7 @@ func (s *Server) routeAll() *echo.Echo {
 			MaxAge:        600,
 		}))
 	}
+	e.Use(s.refuseContentEncoding)
 
 	// Route-level middleware, not a group's: a group's catch-all would turn
 	// every 405 under /api into a 404.

@@ -29,7 +29,9 @@ func apiListener(cfg Config, srv *khttp.Server, bound *listenAddr) step {
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 	}
 	hs.RegisterOnShutdown(srv.CloseStreams) // open event streams would hold Shutdown
-	st := listener(cfg, "http", cfg.Addr, hs, bound)
+	// A request head with both Content-Length and Transfer-Encoding is
+	// refused on the connection, where net/http still shows both.
+	st := listener(cfg, "http", cfg.Addr, hs, bound, khttp.StrictFraming)
 	st.chain = httpChain
 	stop := st.stop
 	st.stop = func(ctx context.Context) error {
@@ -55,13 +57,14 @@ func metricsListener(cfg Config, reg *prometheus.Registry, bound *listenAddr) st
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute}
-	st := listener(cfg, "metrics", cfg.MetricsAddr, hs, bound)
+	st := listener(cfg, "metrics", cfg.MetricsAddr, hs, bound, nil)
 	st.chain = metricsChain
 	return st
 }
 
 // listener serves hs on address from start to stop and records the bound
-// address in bound; what names the server in errors and logs.
+// address in bound; what names the server in errors and logs. wrap, when
+// set, wraps the listener hs serves.
 //
 // Its stop follows the stop contract (see internal/lifecycle): it shuts
 // the server down gracefully until ctx ends — no new connections, open
@@ -71,7 +74,7 @@ func metricsListener(cfg Config, reg *prometheus.Registry, bound *listenAddr) st
 // cancels the contexts of the requests still running and closes their
 // connections, waits until lifecycle.GiveUp(ctx) for their handlers, and
 // returns an error naming them (method and path).
-func listener(cfg Config, what, address string, hs *http.Server, bound *listenAddr) step {
+func listener(cfg Config, what, address string, hs *http.Server, bound *listenAddr, wrap func(net.Listener) net.Listener) step {
 	var (
 		requests lifecycle.Work
 		stopping context.Context // ended when the stop gives up on the requests
@@ -100,6 +103,9 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 				return fmt.Errorf("listen %s (%s): %w", address, what, err)
 			}
 			bound.set(ln.Addr().String())
+			if wrap != nil {
+				ln = wrap(ln)
+			}
 			// Serving outlives the start call, until the stop (the request
 			// contexts do not derive from ctx).
 			stopping, giveUp = context.WithCancel(context.WithoutCancel(ctx))
