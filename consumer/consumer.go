@@ -30,6 +30,11 @@ const (
 	// StatusCatchingUp is how a status report (Ops.List, Ops.Status) shows
 	// an idle shard that committed events wait for; it is never stored.
 	StatusCatchingUp = "catching_up"
+	// StatusStuck is how a status report shows an idle shard whose pass
+	// has a handler running past its consumer's StuckAfter (ShardStatus
+	// names the event, the process and since when); it is never stored,
+	// and it takes precedence over StatusCatchingUp.
+	StatusStuck = "stuck"
 )
 
 // Consumer receives every committed event, in id order, at least once; with
@@ -91,6 +96,20 @@ type Consumer struct {
 	// following the log, at most that far behind, without a pass per
 	// commit. The /api/events feed stands by while no client listens.
 	Standby func() bool
+	// StuckAfter is how long one handler call (Handle for an event,
+	// HandleBatch for a pass) may run before the shard reports
+	// StatusStuck; default Config.StuckAfter. The process records it
+	// within a quarter of the threshold (and at most a Heartbeat) after it
+	// is crossed, on the beat's own connection.
+	StuckAfter time.Duration
+	// HandlerTimeout, when positive, bounds one handler call: past it the
+	// handler's context is cancelled, and when the handler then returns an
+	// error the pass counts a failed attempt with the last error "handler
+	// timeout after …" — retried, dead after MaxAttempts or skipped, as
+	// for any failure. The event is not run again in the same pass. A
+	// handler that ignores its context is not interrupted (it shows as
+	// stuck). Default 0: no bound.
+	HandlerTimeout time.Duration
 }
 
 // standingBy reports whether c stands by (see Consumer.Standby).
@@ -112,6 +131,8 @@ func (c Consumer) validate() error {
 		return errors.New("consumer: Name is required")
 	case (c.Handle == nil) == (c.HandleBatch == nil):
 		return fmt.Errorf("consumer %s: set exactly one of Handle and HandleBatch", c.Name)
+	case c.StuckAfter < 0 || c.HandlerTimeout < 0:
+		return fmt.Errorf("consumer %s: StuckAfter and HandlerTimeout must not be negative", c.Name)
 	}
 	return nil
 }

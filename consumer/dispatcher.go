@@ -41,6 +41,11 @@ type Config struct {
 	// stale (it is recorded with the beat, so every reader judges alike);
 	// default 1m (DefaultStaleAfter), at least two beats.
 	StaleAfter time.Duration
+	// StuckAfter is how long a handler call may run before its shard
+	// reports StatusStuck, for consumers that set no StuckAfter of their
+	// own; default 30s (DefaultStuckAfter). A shard stays stuck in the
+	// reports while its process beats and the call has not returned.
+	StuckAfter time.Duration
 	// CollectStale removes the per-instance shards of stale instances
 	// automatically (Ops.CollectStale), at most once per StaleAfter.
 	CollectStale bool
@@ -78,6 +83,9 @@ type Dispatcher struct {
 	wg                   sync.WaitGroup
 	started              bool
 	passes               lifecycle.Work // the passes running, by consumer
+	// running holds the handler call running now, per consumer name; the
+	// beat records those running past their threshold (see stuck.go).
+	running map[string]*runningCall
 }
 
 // New returns a dispatcher for consumers on store.
@@ -100,6 +108,9 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = DefaultStaleAfter
 	}
+	if cfg.StuckAfter <= 0 {
+		cfg.StuckAfter = DefaultStuckAfter
+	}
 	if err := cfg.validateLiveness(); err != nil {
 		return nil, err
 	}
@@ -111,10 +122,13 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 		cfg.TracerProvider = noop.NewTracerProvider()
 	}
 	e := &Dispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName),
-		sql: newQueries(store.Schema())}
+		sql: newQueries(store.Schema()), running: map[string]*runningCall{}}
 	seen := map[string]bool{}
 	for _, c := range consumers {
 		c = c.withDefaults()
+		if c.StuckAfter <= 0 {
+			c.StuckAfter = cfg.StuckAfter
+		}
 		if err := c.validate(); err != nil {
 			return nil, err
 		}
@@ -123,6 +137,7 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 		}
 		seen[c.Name] = true
 		e.consumers = append(e.consumers, c)
+		e.running[c.Name] = &runningCall{}
 	}
 	return e, nil
 }

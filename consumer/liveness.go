@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -139,24 +140,45 @@ func (o *Ops) CollectStale(ctx context.Context, opts GCOptions) (GCResult, error
 // connection of its own — passes that hold every pooled connection must
 // not make a busy process look stale — reopened when it fails. With
 // CollectStale it also removes stale instances, at most once per
-// StaleAfter.
+// StaleAfter. Between beats it looks for handler calls running past their
+// threshold (stuckCheck) and records them whenever that set changes; the
+// first look clears what an earlier run under this instance id left.
 func (e *Dispatcher) heartbeat(ctx context.Context, started time.Time) {
 	var (
 		conn        *pgx.Conn
 		lastCollect = time.Now()
+		recorded    []stuckCall
+		known       bool // recorded is what the table holds for this process
 	)
 	defer func() {
-		if conn != nil {
-			conn.Close(context.WithoutCancel(ctx))
+		if conn == nil {
+			return
 		}
+		// A stopping process clears its stuck records: the passes it gave
+		// up on roll back, their events wait for the next turn.
+		if len(recorded) > 0 {
+			bound, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = e.recordStuck(bound, conn, nil)
+			cancel()
+		}
+		conn.Close(context.WithoutCancel(ctx))
 	}()
 	ticker := time.NewTicker(e.cfg.Heartbeat)
 	defer ticker.Stop()
+	check := time.NewTicker(e.stuckCheck())
+	defer check.Stop()
 	for {
+		beat := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			beat = true
+		case <-check.C:
+		}
+		calls := e.stuckCalls(time.Now())
+		if !beat && known && slices.Equal(calls, recorded) {
+			continue
 		}
 		if conn == nil {
 			c, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
@@ -166,7 +188,17 @@ func (e *Dispatcher) heartbeat(ctx context.Context, started time.Time) {
 			}
 			conn = c
 		}
-		if err := e.beat(ctx, conn, started, false); err != nil {
+		err := error(nil)
+		if beat {
+			err = e.beat(ctx, conn, started, false)
+		}
+		if err == nil && (!known || !slices.Equal(calls, recorded)) {
+			if err = e.recordStuck(ctx, conn, calls); err == nil {
+				e.logStuck(calls, recorded)
+				recorded, known = calls, true
+			}
+		}
+		if err != nil {
 			if ctx.Err() == nil {
 				e.cfg.Logger.Warn("event dispatcher: heartbeat failed", "instance_id", e.cfg.InstanceID, "err", err)
 			}
@@ -174,7 +206,7 @@ func (e *Dispatcher) heartbeat(ctx context.Context, started time.Time) {
 			conn = nil
 			continue
 		}
-		if e.cfg.CollectStale && time.Since(lastCollect) >= e.cfg.StaleAfter {
+		if beat && e.cfg.CollectStale && time.Since(lastCollect) >= e.cfg.StaleAfter {
 			lastCollect = time.Now()
 			res, err := NewOps(e.store).CollectStale(ctx, GCOptions{})
 			switch {

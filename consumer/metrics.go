@@ -20,6 +20,7 @@ type metrics struct {
 	gap       *prometheus.GaugeVec
 	expiry    *prometheus.GaugeVec
 	stale     *prometheus.GaugeVec
+	stuckNow  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
@@ -63,11 +64,15 @@ func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
 			Name: "kumiko_instance_stale",
 			Help: "Per instance known to the app (by its liveness record or its per-instance consumer shards): 1 when stale or unknown, 0 while it beats. As of this process's last beat.",
 		}, []string{"instance_id"}),
+		stuckNow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kumiko_event_consumer_stuck",
+			Help: "1 while a handler call of the consumer in this process (instance_id) has run past the consumer's StuckAfter; 0 otherwise. GET /api/consumers and `consumer list` show the shard as stuck, with the event and since when.",
+		}, labels),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.delivery, m.position, m.lag, m.gap, m.expiry, m.stale} {
+	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.delivery, m.position, m.lag, m.gap, m.expiry, m.stale, m.stuckNow} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -102,9 +107,19 @@ func (m *metrics) gapWait(consumer, instance string, wait time.Duration) {
 }
 
 func (m *metrics) expired(consumer, instance string, expired bool) {
-	v := 0.0
-	if expired {
-		v = 1
+	m.expiry.WithLabelValues(consumer, instance).Set(gaugeFlag(expired))
+}
+
+// stuck sets whether a handler call of consumer in this process runs past
+// its threshold.
+func (m *metrics) stuck(consumer string, stuck bool) {
+	m.stuckNow.WithLabelValues(consumer, m.instance).Set(gaugeFlag(stuck))
+}
+
+// gaugeFlag is a 0/1 gauge's value.
+func gaugeFlag(on bool) float64 {
+	if on {
+		return 1
 	}
-	m.expiry.WithLabelValues(consumer, instance).Set(v)
+	return 0
 }

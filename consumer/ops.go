@@ -34,8 +34,9 @@ type ShardStatus struct {
 	// shard has caught up.
 	LagSeconds float64 `json:"lagSeconds"`
 	// Status is StatusIdle, StatusDead, StatusDisabled or StatusExpired; an
-	// idle shard with committed events after its cursor shows
-	// StatusCatchingUp.
+	// idle shard whose pass has a handler call running past its threshold
+	// shows StatusStuck (see StuckSince), else with committed events after
+	// its cursor StatusCatchingUp.
 	Status string `json:"status"`
 	// ExpiredUpTo is, for an expired shard, the highest id of the pruned
 	// events it missed; 0 otherwise.
@@ -67,6 +68,21 @@ type ShardStatus struct {
 	GapBackends []int32 `json:"gapBackends"`
 	// UpdatedAt is when a pass or an operation last wrote the row.
 	UpdatedAt time.Time `json:"updatedAt"`
+	// StuckSince is, for a StatusStuck shard, when the handler call still
+	// running on its next event started; nil otherwise. The call is
+	// reported once it has run past its consumer's StuckAfter, by the
+	// process running it (on its liveness beat), for as long as that
+	// process beats and the call has not returned.
+	StuckSince *time.Time `json:"stuckSince"`
+	// StuckSeconds is how long that call has run; 0 when not stuck.
+	StuckSeconds float64 `json:"stuckSeconds"`
+	// StuckEventID is the id of the event that call handles (the first of
+	// a HandleBatch call); 0 when not stuck.
+	StuckEventID int64 `json:"stuckEventId"`
+	// StuckInstanceID is the instance id of the process running that call
+	// — for a shared shard, the process whose turn it is; "" when not
+	// stuck.
+	StuckInstanceID string `json:"stuckInstanceId"`
 }
 
 // Ops lists and operates the event dispatcher's consumer shards
@@ -278,11 +294,15 @@ func (o *Ops) status(ctx context.Context, q opsQuerier, name, instance string) (
 func scanShardStatus(row pgx.Row) (ShardStatus, error) {
 	var s ShardStatus
 	err := row.Scan(&s.Name, &s.InstanceID, &s.Cursor, &s.Head, &s.LagEvents, &s.LagSeconds,
-		&s.Status, &s.Attempts, &s.LastError, &s.GapWaitSeconds, &s.GapBackends, &s.UpdatedAt, &s.ExpiredUpTo, &s.Liveness, &s.LastSeen)
+		&s.Status, &s.Attempts, &s.LastError, &s.GapWaitSeconds, &s.GapBackends, &s.UpdatedAt, &s.ExpiredUpTo, &s.Liveness, &s.LastSeen,
+		&s.StuckEventID, &s.StuckInstanceID, &s.StuckSince, &s.StuckSeconds)
 	if s.GapBackends == nil {
 		s.GapBackends = []int32{}
 	}
-	if s.Status == StatusIdle && s.LagEvents > 0 {
+	switch {
+	case s.Status == StatusIdle && s.StuckEventID > 0:
+		s.Status = StatusStuck
+	case s.Status == StatusIdle && s.LagEvents > 0:
 		s.Status = StatusCatchingUp
 	}
 	return s, err

@@ -105,10 +105,15 @@ type PassResult struct {
 //
 // since is when the events the pass delivers were known to be committed, at
 // the latest (see loop): the delivery metric counts from it.
+//
+// A handler call that ran past the consumer's HandlerTimeout is not run
+// again by the careful run: it fails there with the same error.
 func (e *Dispatcher) pass(ctx context.Context, c Consumer, instance string, since time.Time) (PassResult, error) {
-	res, err := e.passOnce(ctx, c, instance, false, since)
+	res, err := e.passOnce(ctx, c, instance, false, since, nil)
 	if errors.Is(err, errHandlerFailed) {
-		return e.passOnce(ctx, c, instance, true, since)
+		var timedOut *timeoutError
+		errors.As(err, &timedOut)
+		return e.passOnce(ctx, c, instance, true, since, timedOut)
 	}
 	return res, err
 }
@@ -116,7 +121,7 @@ func (e *Dispatcher) pass(ctx context.Context, c Consumer, instance string, sinc
 // errHandlerFailed aborts a pass run without savepoints.
 var errHandlerFailed = errors.New("handler failed")
 
-func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool, since time.Time) (PassResult, error) {
+func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool, since time.Time, timedOut *timeoutError) (PassResult, error) {
 	var res PassResult
 	// BEGIN travels with the shard's lock, the state's save with COMMIT.
 	err := lazytx.Run(ctx, e.pool, func(tx *lazytx.Tx) error {
@@ -138,7 +143,7 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 			res.Expired = sh.status == StatusExpired
 			return nil
 		default:
-			if waiting, newGap, err = e.deliver(ctx, tx, c, instance, &sh, careful, &res); err != nil {
+			if waiting, newGap, err = e.deliver(ctx, tx, c, instance, &sh, careful, timedOut, &res); err != nil {
 				return err
 			}
 		}
@@ -167,8 +172,9 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 // error, gap bookkeeping — recording in res what it did. waiting reports
 // that committed events are held back by a gap (not by a failing handler);
 // newGap that the gap was first seen now. Without careful, a failing
-// handler ends it with errHandlerFailed.
-func (e *Dispatcher) deliver(ctx context.Context, tx pgx.Tx, c Consumer, instance string, sh *shard, careful bool, res *PassResult) (waiting, newGap bool, err error) {
+// handler ends it with errHandlerFailed, wrapping the handler's error.
+// timedOut is the call that timed out in the run before (see apply).
+func (e *Dispatcher) deliver(ctx context.Context, tx pgx.Tx, c Consumer, instance string, sh *shard, careful bool, timedOut *timeoutError, res *PassResult) (waiting, newGap bool, err error) {
 	h, settled, evs, err := e.read(ctx, tx, c, sh)
 	if err != nil {
 		return false, false, err
@@ -180,9 +186,9 @@ func (e *Dispatcher) deliver(ctx context.Context, tx pgx.Tx, c Consumer, instanc
 		ctx, span = e.startPass(ctx, c.Name, instance, deliver)
 		defer func() { endPass(span, res, err) }()
 	}
-	applied, next, failures, failed := e.apply(ctx, tx, c, sh.cursor, deliver, careful)
+	applied, next, failures, failed := e.apply(ctx, tx, c, instance, sh.cursor, deliver, careful, timedOut)
 	if failed != nil && !careful {
-		return false, false, errHandlerFailed
+		return false, false, fmt.Errorf("%w: %w", errHandlerFailed, failed)
 	}
 	res.Handled, res.Failed, res.applied, res.failures = len(applied), failed, applied, failures
 
@@ -315,8 +321,12 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 //
 // Without careful, handlers run directly in tx and the first failure ends
 // the apply (the caller then rolls back); with careful, each runs under a
-// savepoint. A handler's panic is a failure like a returned error.
-func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor int64, evs []eventstore.Event, careful bool) (applied []eventstore.Event, next int64, failures int, failed error) {
+// savepoint. A handler's panic is a failure like a returned error. Each
+// handler call is recorded as running for the stuck report and bounded by
+// the consumer's HandlerTimeout (see Dispatcher.call); the call timedOut
+// (from the run before, nil if none) is not made again: it fails at once
+// with its error.
+func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, instance string, cursor int64, evs []eventstore.Event, careful bool, timedOut *timeoutError) (applied []eventstore.Event, next int64, failures int, failed error) {
 	next = cursor
 	guard := author.Savepoint
 	if !careful {
@@ -331,8 +341,12 @@ func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor in
 		}
 		if len(wanted) > 0 {
 			err := guard(ctx, tx, func(sp pgx.Tx) error {
-				return author.Run(e.cfg.Logger, func() error { return c.HandleBatch(ctx, sp, wanted) },
-					"consumer", c.Name, "firstEventId", wanted[0].ID, "events", len(wanted))
+				if timedOut != nil && timedOut.eventID == wanted[0].ID {
+					return timedOut
+				}
+				return author.Run(e.cfg.Logger, func() error {
+					return e.call(ctx, c, instance, wanted[0].ID, func(ctx context.Context) error { return c.HandleBatch(ctx, sp, wanted) })
+				}, "consumer", c.Name, "firstEventId", wanted[0].ID, "events", len(wanted))
 			})
 			if err != nil {
 				if !careful || !c.SkipApplyErrors {
@@ -356,8 +370,12 @@ func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, cursor in
 	for _, ev := range evs {
 		if c.wants(ev.Type) {
 			err := guard(ctx, tx, func(sp pgx.Tx) error {
-				return author.Run(e.cfg.Logger, func() error { return c.Handle(ctx, sp, ev) },
-					"consumer", c.Name, "eventId", ev.ID, "eventType", ev.Type)
+				if timedOut != nil && timedOut.eventID == ev.ID {
+					return timedOut
+				}
+				return author.Run(e.cfg.Logger, func() error {
+					return e.call(ctx, c, instance, ev.ID, func(ctx context.Context) error { return c.Handle(ctx, sp, ev) })
+				}, "consumer", c.Name, "eventId", ev.ID, "eventType", ev.Type)
 			})
 			if err != nil {
 				err = fmt.Errorf("event %d (%s): %w", ev.ID, ev.Type, err)

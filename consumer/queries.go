@@ -7,7 +7,8 @@ import (
 )
 
 // queries holds every statement of the package, qualified with the store's
-// schema. The package owns kumiko_event_consumers and kumiko_instances (see
+// schema. The package owns kumiko_event_consumers, kumiko_instances and
+// kumiko_consumer_stuck (see
 // migrations/); where a
 // statement must see the log and the shard in one snapshot (the pass's
 // lock, the lag of a status), it reads the log through the event store's
@@ -16,7 +17,7 @@ type queries struct {
 	// The passes.
 	registerLock, register, passLock, save string
 	// Instance liveness (see liveness.go).
-	beat, instances, gcTimeout, gcLockShards, gcLock, gcStale, gcCount, gcShards, gcInstances string
+	beat, stuckClear, stuckInsert, instances, gcTimeout, gcLockShards, gcLock, gcStale, gcCount, gcShards, gcInstances string
 	// The operations.
 	list, status, opLock, next, restart, skip, skipExpired, setStatus string
 	// The prune guard.
@@ -29,6 +30,7 @@ func newQueries(schema string) queries {
 	r := strings.NewReplacer(
 		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
 		"{instances}", pgx.Identifier{schema, "kumiko_instances"}.Sanitize(),
+		"{stuck}", pgx.Identifier{schema, "kumiko_consumer_stuck"}.Sanitize(),
 		"{log}", pgx.Identifier{schema}.Sanitize()+".kumiko_log",
 	)
 	const cols = `c.last_processed_event_id, c.status, c.attempts, c.last_error, c.gap_horizon, c.gap_writers,
@@ -82,6 +84,10 @@ WHERE name = $1 AND instance_id = $2`),
 	// The liveness of a per-instance shard's process: live or stale by its
 	// last beat (see staleExpr), unknown when no process of this version has
 	// beaten under its id; '' for a shared shard.
+	// The handler call stuck on an idle shard's next event, as its process
+	// recorded it (see stuck.go): trusted while that process beats and the
+	// cursor has not passed the event — a record the process has not yet
+	// cleared after the call returned and its pass committed is ignored.
 	const statusRow = `
 SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
 	{log}_count(c.last_processed_event_id, h.head),
@@ -94,9 +100,14 @@ SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
 	c.updated_at, c.expired_up_to,
 	CASE WHEN c.instance_id = '` + SharedInstance + `' THEN '' WHEN i.instance_id IS NULL THEN 'unknown'
 		WHEN ` + staleExpr + ` THEN 'stale' ELSE 'live' END,
-	i.last_seen
+	i.last_seen,
+	COALESCE(st.event_id, 0), COALESCE(st.instance_id, ''), st.since,
+	COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - st.since), 0)::float8, 0)
 FROM {consumers} c CROSS JOIN (SELECT {log}_head() AS head) h
-LEFT JOIN {instances} i ON i.instance_id = c.instance_id`
+LEFT JOIN {instances} i ON i.instance_id = c.instance_id
+LEFT JOIN LATERAL (SELECT s.event_id, s.instance_id, s.since FROM {stuck} s JOIN {instances} si ON si.instance_id = s.instance_id
+	WHERE s.name = c.name AND s.shard_instance = c.instance_id AND c.status = 'idle' AND s.event_id > c.last_processed_event_id
+		AND si.last_seen >= now() - GREATEST(si.stale_after, 3 * si.heartbeat)) st ON true`
 	staleNow := strings.ReplaceAll(staleExpr, "$1", "NULL")
 	q.list = r.Replace(strings.ReplaceAll(statusRow, staleExpr, staleNow) + `
 ORDER BY c.name, c.instance_id`)
@@ -176,6 +187,14 @@ VALUES ($1, $2, $3, $4, now(), $5, $6)
 ON CONFLICT (instance_id) DO UPDATE SET last_seen = now(), host = EXCLUDED.host, version = EXCLUDED.version,
 	started_at = EXCLUDED.started_at, heartbeat = EXCLUDED.heartbeat, stale_after = EXCLUDED.stale_after
 RETURNING i.xmax = 0`)
+	// A process replaces its stuck records at once (see recordStuck); a
+	// record of another process for the same shard (a shared shard whose
+	// process went away) gives way.
+	q.stuckClear = r.Replace(`DELETE FROM {stuck} WHERE instance_id = $1`)
+	q.stuckInsert = r.Replace(`
+INSERT INTO {stuck} (name, shard_instance, instance_id, event_id, since)
+SELECT u.name, u.shard, $1, u.event_id, u.since FROM unnest($2::text[], $3::text[], $4::bigint[], $5::timestamptz[]) AS u(name, shard, event_id, since)
+ON CONFLICT (name, shard_instance) DO UPDATE SET instance_id = EXCLUDED.instance_id, event_id = EXCLUDED.event_id, since = EXCLUDED.since`)
 	// Every instance known, by its record or only by its per-instance
 	// shards (unknown liveness), with whether it is stale.
 	q.instances = r.Replace(`
