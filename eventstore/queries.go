@@ -20,6 +20,7 @@ type queries struct {
 	filteredHead, filteredCount                      string
 	filteredOldest                                   string
 	pruneNewest, pruneCount, pruneDelete             string
+	refuseUnknownVersions                            string
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by`
@@ -94,6 +95,8 @@ RETURNING id, aggregate_id, version, created_at`
 		// (aggregate_id, version) is the whole check, and the statement
 		// without the stream check is markedly cheaper.
 		appendManyNew: r.Replace(manyRows + manyEnd),
+
+		refuseUnknownVersions: `SELECT ` + s + `.kumiko_refuse_unknown_versions($1, $2, $3, $4)`,
 
 		streamHead: r.Replace(`
 SELECT h.tenant_id, h.aggregate_type, h.version,

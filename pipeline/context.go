@@ -38,6 +38,9 @@ type commandContext struct {
 	// refused is the field write the handler tried and was refused: it
 	// fails the command even when the handler goes on.
 	refused *Error
+	// read are the streams loaded whole in this transaction: their events
+	// were upcast, so an append to them needs no check of unknown versions.
+	read map[uuid.UUID]bool
 }
 
 var _ feature.CommandContext = (*commandContext)(nil)
@@ -72,6 +75,12 @@ func (cc *commandContext) LoadAggregate(id uuid.UUID, aggregateType string, opts
 		return nil, err
 	}
 	cc.d.metrics.load(aggregateType, len(evs))
+	if opts == (feature.LoadOptions{}) {
+		if cc.read == nil {
+			cc.read = map[uuid.UUID]bool{}
+		}
+		cc.read[id] = true
+	}
 	return cc.newAggregate(id, aggregateType, nil, evs)
 }
 

@@ -156,13 +156,34 @@ func AsError(err error) *Error {
 	return newError(CodeInternal, "", "internal error", err)
 }
 
+// writeError is AsError for the failure of a write transaction. A stored
+// event of a newer version than this binary knows, met by the write's load
+// or by the check of its append, is a conflict there, not a server error:
+// 409 version_conflict with reason event_schema_unknown_version, naming the
+// event (details eventType, eventVersion and knownVersion, the newest this
+// binary knows) — during a rolling deploy a retry reaches a newer instance.
+// A read that meets such an event stays an internal_error of that reason.
+func writeError(err error) *Error {
+	var unknown *eventstore.UnknownEventVersionError
+	var pe *Error
+	if errors.As(err, &pe) || !errors.As(err, &unknown) {
+		return AsError(err)
+	}
+	return newError(CodeVersionConflict, ReasonUnknownEventVersion,
+		fmt.Sprintf("the aggregate holds event %s at version %d, newer than version %d this server knows; retry on the newer release",
+			unknown.Type, unknown.Version, unknown.Current), err).
+		with("eventType", unknown.Type).with("eventVersion", unknown.Version).with("knownVersion", unknown.Current)
+}
+
 func notFoundf(reason, format string, args ...any) *Error {
 	return newError(CodeNotFound, reason, fmt.Sprintf(format, args...), nil)
 }
 
 // ReasonUnknownEventVersion is the Reason of the internal_error of a read
 // that met a stored event of a version newer than the registry's: written by
-// a newer release, it cannot be upcast, and is never guessed at.
+// a newer release, it cannot be upcast, and is never guessed at. A write to
+// a stream holding such an event is refused with a version_conflict of this
+// reason (see writeError): it would write over history it cannot read.
 const ReasonUnknownEventVersion = "event_schema_unknown_version"
 
 // ReasonHandlerPanic is the Reason of the internal_error that a panic in a

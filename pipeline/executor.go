@@ -83,6 +83,9 @@ type Executor struct {
 	// consumers, which a rebuild stops and moves.
 	consumers *consumer.Ops
 	entities  map[string]*entityTable
+	// known is every event type of the registry at its newest version: an
+	// append to a stream holding a newer one is refused (see appendValid).
+	known eventstore.KnownVersions
 	// asOfSlots holds a token per running as-of list; nil: no bound.
 	asOfSlots   chan struct{}
 	asOfTimeout time.Duration
@@ -126,6 +129,11 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	for _, e := range reg.Entities() {
 		d.entities[e.Name()] = newEntityTable(d.schema, e)
 	}
+	newest := map[string]int{}
+	for _, et := range reg.Events() {
+		newest[et.Name] = et.Version
+	}
+	d.known = eventstore.NewKnownVersions(newest)
 	if d.jobs, err = d.newJobs(cfg.Jobs); err != nil {
 		return nil, err
 	}
@@ -271,7 +279,7 @@ func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context
 		return d.resolveKey(ctx, c)
 	}
 	if err != nil {
-		return AsError(err)
+		return writeError(err)
 	}
 	d.metrics.committed(c.appended)
 	return nil

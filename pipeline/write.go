@@ -56,7 +56,7 @@ func (d *Executor) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Ha
 	if err != nil {
 		return nil, err
 	}
-	ev, row, err := d.appendValid(ctx, tx, c, stream, expected, h.Verb.EventType(h.Entity), raw, "", nil)
+	ev, row, err := d.appendValid(ctx, tx, c, stream, expected, h.Verb.EventType(h.Entity), raw, "", nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,8 @@ func (cc *commandContext) appendSpec(db pgx.Tx, spec feature.AppendSpec) (events
 		return eventstore.Event{}, err
 	}
 	stream := eventstore.Stream{TenantID: cc.tenantFor(aggType), AggregateType: aggType, AggregateID: spec.AggregateID}
-	ev, _, err := d.appendValid(cc.ctx, db, cc.c, stream, spec.ExpectedVersion, spec.Type, raw, cc.causation, spec.Headers)
+	ev, _, err := d.appendValid(cc.ctx, db, cc.c, stream, spec.ExpectedVersion, spec.Type, raw, cc.causation, spec.Headers,
+		spec.ExpectedVersion > 0 && cc.read[spec.AggregateID])
 	return ev, err
 }
 
@@ -157,8 +158,21 @@ func (cc *commandContext) checkAuthoring(et registry.EventType, raw json.RawMess
 
 // appendValid appends one validated event and projects it; it returns the
 // stored event and, for entity streams, the entity's row afterwards.
-func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string, headers map[string]string) (eventstore.Event, map[string]any, error) {
+//
+// An append to an existing stream is refused with an
+// *eventstore.UnknownEventVersionError when the stream holds an event of a
+// newer version than the registry's (a newer release wrote it, during a
+// rolling deploy): this binary would write over history it cannot read. The
+// check travels with the append, no round trip of its own; read reports a
+// stream loaded whole in this transaction, whose events the load upcast
+// already, so it is not checked again.
+func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string, headers map[string]string, read bool) (eventstore.Event, map[string]any, error) {
 	et, _ := d.reg.Event(typ)
+	if expected != 0 && !read && stream.AggregateID != uuid.Nil {
+		if err := d.store.RefuseUnknownVersionsTx(ctx, tx, stream.TenantID, stream.AggregateID, d.known); err != nil {
+			return eventstore.Event{}, nil, err
+		}
+	}
 	if t := d.entities[et.Entity]; t != nil && len(t.mustExist) > 0 && (et.Verb == registry.VerbCreate || et.Verb == registry.VerbUpdate) {
 		if err := d.checkReferences(ctx, tx, c, t, payload); err != nil {
 			return eventstore.Event{}, nil, err
