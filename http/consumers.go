@@ -11,9 +11,11 @@ import (
 
 // GET /api/consumers: every consumer shard of the async event dispatcher —
 // name, instanceId, cursor, head, lagEvents, lagSeconds, status (idle,
-// dead, disabled or expired), expiredUpTo, liveness (of a per-instance
-// shard's process: live, stale or unknown), lastSeen, attempts, lastError,
-// gapWaitSeconds, gapBackends, updatedAt — as {"data": […]},
+// catching_up, stuck, dead, disabled or expired), expiredUpTo, liveness (of
+// a per-instance shard's process: live, stale or unknown), lastSeen,
+// attempts, lastError, gapWaitSeconds, gapBackends, updatedAt, and for a
+// stuck shard stuckSince, stuckSeconds, stuckEventId and stuckInstanceId
+// (see consumer.ShardStatus) — as {"data": […]},
 // for the OperatorRole. Consumer state belongs to the app, not to a tenant:
 // a tenant's admin does not see it.
 func (s *Server) consumers(c echo.Context) error {

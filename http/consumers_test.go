@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	khttp "github.com/kumiko-go/kumiko/http"
 )
 
 // An operator sees every consumer shard with its cursor, head, lag and
@@ -122,4 +126,77 @@ func TestConsumers(t *testing.T) {
 	requireProblem(t, e.do(get("/api/consumers", "")), http.StatusUnauthorized, "unauthenticated", "")
 	requireProblem(t, e.do(get("/api/consumers", "not-a-token")), http.StatusUnauthorized, "unauthenticated", "")
 	requireProblem(t, e.do(request{method: http.MethodPost, path: "/api/consumers", token: operator}), http.StatusMethodNotAllowed, "method_not_allowed", "")
+}
+
+// A handler that runs past its consumer's StuckAfter: GET /api/consumers
+// shows the shard stuck — which event, which process, since when — and
+// /metrics the stuck gauge; once the handler returns, the shard is idle.
+func TestConsumersShowStuckHandler(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *khttp.Config) { c.Metrics = reg })
+	alice := token(t, "alice", tenantA, "User")
+	operator := token(t, "olga", tenantA, "Operator")
+	ctx := context.Background()
+
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	var calls atomic.Int32
+	slow := consumer.Consumer{
+		Name: "mailer", StuckAfter: 300 * time.Millisecond,
+		Handle: func(ctx context.Context, _ pgx.Tx, _ eventstore.Event) error {
+			if calls.Add(1) > 1 {
+				return nil
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	}
+	d, err := consumer.New(e.app.Store, consumer.Config{InstanceID: "p1", PollInterval: 50 * time.Millisecond,
+		Heartbeat: 200 * time.Millisecond, StaleAfter: time.Second, Metrics: reg}, slow)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+	t.Cleanup(unblock)
+
+	e.create(alice, "one")
+	var id int64
+	require.NoError(t, e.app.Pool.QueryRow(ctx, "SELECT max(id) FROM kumiko_events").Scan(&id))
+	var row map[string]any
+	require.Eventually(t, func() bool {
+		r := e.do(get("/api/consumers", operator))
+		require.Equal(t, http.StatusOK, r.status, r.String())
+		list := r.obj(t)["data"].([]any)
+		require.Len(t, list, 1)
+		row = list[0].(map[string]any)
+		return row["status"] == consumer.StatusStuck
+	}, 20*time.Second, 20*time.Millisecond, "the shard shows stuck")
+	require.Equal(t, float64(id), row["stuckEventId"])
+	require.Equal(t, "p1", row["stuckInstanceId"])
+	require.Equal(t, consumer.SharedInstance, row["instanceId"])
+	since, err := time.Parse(time.RFC3339Nano, row["stuckSince"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), since, time.Minute)
+	require.Greater(t, row["stuckSeconds"], float64(0))
+	require.Equal(t, float64(0), row["attempts"])
+
+	m := e.do(get("/metrics", operator))
+	require.Equal(t, http.StatusOK, m.status)
+	require.Contains(t, string(m.body), `kumiko_event_consumer_stuck{consumer="mailer",instance_id="p1"} 1`)
+
+	unblock()
+	require.Eventually(t, func() bool {
+		r := e.do(get("/api/consumers", operator))
+		row = r.obj(t)["data"].([]any)[0].(map[string]any)
+		return row["status"] == consumer.StatusIdle
+	}, 20*time.Second, 20*time.Millisecond, "idle once the handler returned")
+	require.Equal(t, float64(id), row["cursor"])
+	require.Nil(t, row["stuckSince"])
+	require.Equal(t, float64(0), row["stuckEventId"])
+	require.Equal(t, "", row["stuckInstanceId"])
 }
