@@ -24,8 +24,9 @@ import (
 // replays the first response with Idempotent-Replayed: true, a concurrent
 // duplicate waits up to IdempotencyWait and then answers 409
 // request_in_progress, and the key sent with another request answers 422
-// key_reused. 2xx and 4xx responses are recorded; a 5xx releases the key so
-// a retry runs again. A response body larger than IdempotencyMaxResponse is
+// key_reused. 2xx and 4xx responses are recorded; a 5xx, or a client that
+// closed its connection before the answer, releases the key so a retry
+// runs again. A response body larger than IdempotencyMaxResponse is
 // not kept: a 2xx is recorded as applied without it (see responseOmitted), a
 // 4xx releases the key.
 //
@@ -184,13 +185,13 @@ func (s *Server) WaitRecords(ctx context.Context) error {
 	}
 }
 
-// settle completes the key with a 2xx or 4xx response and releases it
-// otherwise; a 2xx too large to keep is completed as responseOmitted, a 4xx
+// settle completes the key with a 2xx or 4xx response (but the 499 of a
+// client that went away) and releases it otherwise; a 2xx too large to keep is completed as responseOmitted, a 4xx
 // too large is released.
 func (s *Server) settle(st settlement) {
 	ctx, cancel := context.WithTimeout(st.ctx, storeTimeout)
 	defer cancel()
-	if st.status < 200 || st.status >= 500 || (st.overflow && st.status >= 300) {
+	if st.status < 200 || st.status >= 500 || st.status == statusClientClosed || (st.overflow && st.status >= 300) {
 		if err := st.store.Release(ctx, st.key, st.fingerprint); err != nil {
 			st.log.Warn("idempotency: release the key", "err", err)
 		}

@@ -117,11 +117,39 @@ func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 		return next
 	}
 	return func(c echo.Context) error {
-		ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.RequestTimeout)
+		req := c.Request()
+		ctx, cancel := context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
 		defer cancel()
-		c.SetRequest(c.Request().WithContext(ctx))
+		c.SetRequest(req.WithContext(ctx))
+		// The error this returns is answered after cancel ran: the error
+		// handler must see the request's own context, which tells a client
+		// that went away (see clientClosed) from this bound.
+		defer c.SetRequest(req)
 		return next(c)
 	}
+}
+
+// clientClosed reports whether err is the end of a request whose client
+// closed its connection: the request's context ctx was cancelled by
+// net/http, which cancels it when the connection's reading side ends, and
+// err is that cancellation. A request past RequestTimeout ended with
+// DeadlineExceeded instead and stays a 503 timeout; a context that ended
+// with a cause of its own, or any cancel while the server is stopping, is
+// not the client's doing either. (A server whose owner cancels requests
+// without calling CloseStreams first cannot be told from its clients.)
+func (s *Server) clientClosed(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled) &&
+		context.Cause(ctx) == context.Canceled && //nolint:errorlint // equal, not wrapping: any cause of its own is not net/http's
+		!s.stopping()
+}
+
+// stopping reports whether the server is shutting down: CloseStreams ran,
+// which the facade registers with http.Server.RegisterOnShutdown, so a
+// request cancelled from now on may have been cancelled by the stop.
+func (s *Server) stopping() bool {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return s.hub.closed
 }
 
 // probes are the routes of monitoring systems.

@@ -17,6 +17,7 @@ const (
 	codePayloadTooLarge       = "payload_too_large"
 	codeRateLimited           = "rate_limited"
 	codeMethodNotAllowed      = "method_not_allowed"
+	codeClientClosed          = "client_closed"
 	problemTypeBase           = "https://kumiko.dev/problems/"
 	contentTypeProblem        = "application/problem+json"
 	contentTypeJSON           = "application/json"
@@ -31,6 +32,13 @@ const (
 	reasonAuthorizationHeader = "authorization_header"
 	detailFailedIndex         = "failedIndex"
 )
+
+// statusClientClosed is the status of a request whose client closed its
+// connection before the answer (nginx's 499): what the request log and the
+// kumiko_http_* metrics record, so a client that went away is neither a
+// server error nor a 2xx. The answer goes to a closed connection; only a
+// client that merely closed its sending side could read it.
+const statusClientClosed = 499
 
 // statusOf is the HTTP status of an error code (and, for
 // idempotency_conflict, its reason). An unknown code is a 500.
@@ -59,6 +67,8 @@ func statusOf(code, reason string) int {
 		return http.StatusRequestEntityTooLarge
 	case codeRateLimited:
 		return http.StatusTooManyRequests
+	case codeClientClosed:
+		return statusClientClosed
 	case pipeline.CodeProjectionRebuilding, pipeline.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	}
@@ -78,6 +88,7 @@ var titles = map[string]string{
 	pipeline.CodeUnprocessable:        "Unprocessable request",
 	codePayloadTooLarge:               "Payload too large",
 	codeRateLimited:                   "Too many requests",
+	codeClientClosed:                  "Client closed request",
 	pipeline.CodeProjectionRebuilding: "Projection rebuild in progress",
 	pipeline.CodeUnavailable:          "Service unavailable",
 	pipeline.CodeInternal:             "Internal server error",
@@ -273,12 +284,18 @@ func echoProblem(he *echo.HTTPError) problem {
 // handleError is the one place errors become responses.
 func (s *Server) handleError(err error, c echo.Context) {
 	info := infoOf(c)
+	if s.clientClosed(c.Request().Context(), err) {
+		err = newAPIError(codeClientClosed, "", "the client closed the connection before the answer").withCause(err)
+	}
 	p, header, cause := toProblem(err)
 	p.RequestID = info.id
 	log := info.log
-	if p.Status >= 500 {
+	switch {
+	case p.Status == statusClientClosed:
+		log.Info("request abandoned by the client", "status", p.Status, "code", p.Code, "reason", p.Reason, "err", cause)
+	case p.Status >= 500:
 		log.Error("request failed", "status", p.Status, "code", p.Code, "reason", p.Reason, "err", cause)
-	} else {
+	default:
 		log.Debug("request refused", "status", p.Status, "code", p.Code, "reason", p.Reason, "err", cause)
 	}
 	res := c.Response()
