@@ -402,7 +402,7 @@ func (o *ops) consumerGCCmd() *cobra.Command {
 
 func printConsumers(out io.Writer, list ...consumer.ShardStatus) error {
 	w := newTable(out)
-	fmt.Fprintln(w, "NAME\tINSTANCE\tLIVENESS\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tGAP WAIT(s)\tGAP BACKENDS\tATTEMPTS\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(w, "NAME\tINSTANCE\tLIVENESS\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tGAP WAIT(s)\tGAP BACKENDS\tATTEMPTS\tSTUCK\tUPDATED\tLAST ERROR")
 	for _, s := range list {
 		lastErr := s.LastError
 		if lastErr == "" {
@@ -417,8 +417,15 @@ func printConsumers(out io.Writer, list ...consumer.ShardStatus) error {
 		if liveness == "" {
 			liveness = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%d\t%s\t%s\n", s.Name, s.InstanceID, liveness, s.Status, s.Cursor, s.Head,
-			s.LagEvents, s.LagSeconds, s.GapWaitSeconds, backends, s.Attempts, s.UpdatedAt.UTC().Format(time.RFC3339), lastErr)
+		// A stuck shard: the event its handler runs on, the process
+		// running it, since when and for how long.
+		stuck := "-"
+		if s.StuckSince != nil {
+			stuck = fmt.Sprintf("event %d on %s since %s (%.1fs)", s.StuckEventID, s.StuckInstanceID,
+				s.StuckSince.UTC().Format(time.RFC3339), s.StuckSeconds)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.InstanceID, liveness, s.Status, s.Cursor, s.Head,
+			s.LagEvents, s.LagSeconds, s.GapWaitSeconds, backends, s.Attempts, stuck, s.UpdatedAt.UTC().Format(time.RFC3339), lastErr)
 	}
 	return w.Flush()
 }
