@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -42,6 +44,30 @@ func TestConsumersPage(t *testing.T) {
 	width, err := chromedp.Run(tb.ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 	require.NoError(t, err)
 	require.LessOrEqual(t, width, 360, "the page itself does not scroll sideways at 360 px; its tables do")
+}
+
+// A handler running past its threshold shows on the page as stuck, naming
+// the event and the instance running it; once it returns the shard is idle.
+func TestConsumersPageShowsStuck(t *testing.T) {
+	e := newEnv(t)
+	tb := newTab(t)
+	release := make(chan struct{})
+	held.Store(&release)
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() { unblock(); held.Store(nil) })
+	tb.login(t, e, "/ops/consumers", token(t, "olga", "Operator"))
+	row := `#consumers tr[data-key="entry_log/__shared__"]`
+	tb.run(t, visible(row+`[data-status="idle"]`))
+
+	e.write(t, "entry.create", map[string]any{"note": "hold"})
+	id := e.Count(t, "SELECT max(id) FROM kumiko_events WHERE type = 'entry.created'")
+	tb.run(t, visible(row+`[data-status="stuck"][data-stuck-event="`+strconv.Itoa(id)+`"]`))
+	require.Regexp(t, `^stuck: event `+strconv.Itoa(id)+` on t for [\d.]+ s$`, tb.text(t, row+` td.status`))
+
+	unblock()
+	tb.run(t, visible(row+`[data-status="idle"][data-lag="0"]`))
+	require.Equal(t, "idle", tb.text(t, row+` td.status`))
 }
 
 // An operator starts a rebuild from the page and watches it reach 100 %.

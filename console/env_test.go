@@ -38,6 +38,11 @@ var undeliverable atomic.Bool
 // tests that set it do not run in parallel.
 var poisoned atomic.Bool
 
+// held, when set, makes entry_log block on an entry whose note is "hold"
+// until the channel is closed (or the pass's context ends); the tests that
+// set it do not run in parallel.
+var held atomic.Pointer[chan struct{}]
+
 // ledger keeps entries three ways: their table, an inline count and a
 // multi-stream log that a poison entry breaks while poisoned is set.
 var ledger = feature.Define("ledger", func(r *feature.Registrar) {
@@ -77,6 +82,13 @@ var ledger = feature.Define("ledger", func(r *feature.Registrar) {
 			}](e)
 			if err != nil {
 				return err
+			}
+			if h := held.Load(); v.Note == "hold" && h != nil {
+				select {
+				case <-*h:
+				case <-ctx.Context().Done():
+					return ctx.Context().Err()
+				}
 			}
 			if v.Note == "poison" && poisoned.Load() {
 				return errors.New("the poison entry cannot be logged")
@@ -126,7 +138,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	s.MountConsole(c.Prefix(), c)
 	srv := httptest.NewServer(s.Handler())
-	d, err := consumer.New(app.Store, consumer.Config{InstanceID: "t", PollInterval: 50 * time.Millisecond},
+	d, err := consumer.New(app.Store, consumer.Config{InstanceID: "t", PollInterval: 50 * time.Millisecond, StuckAfter: 300 * time.Millisecond},
 		append(app.Executor.Consumers(), relay)...)
 	require.NoError(t, err)
 	require.NoError(t, svc.Start(context.Background()))

@@ -140,7 +140,16 @@
         tr.dataset.status = s.status;
         tr.dataset.lag = String(s.lagEvents);
         tr.children[2].className = "status status-" + s.status;
-        setCells(tr, [s.name, s.instanceId, s.status + (s.liveness ? " (" + s.liveness + ")" : ""), num(s.cursor), num(s.head),
+        // A stuck shard names the event its handler runs on, the process
+        // running it and for how long.
+        var status = s.status + (s.liveness ? " (" + s.liveness + ")" : "");
+        if (s.status === "stuck") {
+          status += ": event " + s.stuckEventId + " on " + s.stuckInstanceId + " for " + secs(s.stuckSeconds) + " s";
+          tr.dataset.stuckEvent = String(s.stuckEventId);
+        } else {
+          delete tr.dataset.stuckEvent;
+        }
+        setCells(tr, [s.name, s.instanceId, status, num(s.cursor), num(s.head),
           num(s.lagEvents), secs(s.lagSeconds), null,
           s.gapWaitSeconds ? secs(s.gapWaitSeconds) + (s.gapBackends.length ? " (pids " + s.gapBackends.join(", ") + ")" : "") : "",
           s.lastError]);
