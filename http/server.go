@@ -185,6 +185,21 @@ type Config struct {
 	// stopped. Zero: no bound (the facade sets one, see
 	// kumiko.Config.RequestTimeout).
 	RequestTimeout time.Duration
+	// MaxStreamsPerUser is how many event streams (GET /api/events and the
+	// projection channels together) one user of a tenant may hold open at
+	// once; one more answers 429 rate_limited (too_many_streams) with
+	// Retry-After until one of them ends. Default 16; negative: no bound.
+	MaxStreamsPerUser int
+	// MaxStreams is how many event streams the server holds open at once,
+	// over every user; one more answers 429 rate_limited
+	// (streams_exhausted) with Retry-After. Default 1000; negative: no
+	// bound.
+	MaxStreams int
+	// SSEBuffer is how many live events may wait for one stream while its
+	// client reads slowly. A stream that falls further behind gets a last
+	// `event: overflow` frame and ends; its client resumes with
+	// Last-Event-ID. Writers never wait for a stream. Default 256.
+	SSEBuffer int
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -215,6 +230,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.SSEHeartbeat == 0 {
 		c.SSEHeartbeat = DefaultSSEHeartbeat
+	}
+	if c.MaxStreamsPerUser == 0 {
+		c.MaxStreamsPerUser = DefaultMaxStreamsPerUser
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.SSEBuffer == 0 {
+		c.SSEBuffer = DefaultSSEBuffer
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -255,6 +279,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("http: Config.SSEHeartbeat must not be negative, got %s", c.SSEHeartbeat)
 	case c.RequestTimeout < 0:
 		return fmt.Errorf("http: Config.RequestTimeout must not be negative, got %s", c.RequestTimeout)
+	case c.SSEBuffer < 0:
+		return fmt.Errorf("http: Config.SSEBuffer must not be negative, got %d", c.SSEBuffer)
 	case c.Gatherer == nil:
 		return errors.New("http: Config.Gatherer is required when Config.Metrics is not a prometheus.Gatherer")
 	}
@@ -307,6 +333,7 @@ func NewServer(cfg Config, d *pipeline.Executor, store *eventstore.Store) (*Serv
 		auth: newAuthenticator(cfg), routes: map[string]bool{},
 	}
 	s.hub.guard, s.hub.settled = newReadGuard(d.Registry()), s.settled
+	s.hub.buffer, s.hub.maxPerUser, s.hub.maxTotal = cfg.SSEBuffer, max(cfg.MaxStreamsPerUser, 0), max(cfg.MaxStreams, 0)
 	if s.openAPIDoc, err = OpenAPI(d.Registry(), cfg.Title); err != nil {
 		return nil, err
 	}

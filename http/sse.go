@@ -30,9 +30,12 @@ const EventsConsumerName = "kumiko.sse"
 const (
 	// DefaultSSEHeartbeat is the default of Config.SSEHeartbeat.
 	DefaultSSEHeartbeat = 15 * time.Second
-	// sseClientBuffer is how many live events wait for one client before
-	// it counts as too slow and is disconnected.
-	sseClientBuffer = 256
+	// DefaultSSEBuffer is the default of Config.SSEBuffer.
+	DefaultSSEBuffer = 256
+	// DefaultMaxStreamsPerUser is the default of Config.MaxStreamsPerUser.
+	DefaultMaxStreamsPerUser = 16
+	// DefaultMaxStreams is the default of Config.MaxStreams.
+	DefaultMaxStreams = 1000
 	// sseWriteTimeout bounds one write to a client: a client that accepts
 	// no data for this long has its stream ended.
 	sseWriteTimeout = 30 * time.Second
@@ -50,18 +53,37 @@ const (
 	sseDropShutdown = "shutdown"
 )
 
+// The reasons of the 429 rate_limited a stream past a cap answers.
+const (
+	reasonTooManyStreams   = "too_many_streams"
+	reasonStreamsExhausted = "streams_exhausted"
+	detailTooManyStreams   = "too many open event streams for this user; close one or retry later"
+	detailStreamsExhausted = "the server holds as many event streams as it allows; retry later"
+)
+
 // sseHub fans the events of the live feed out to the connected clients of
-// GET /api/events. Publishing never blocks: each client has a bounded
-// buffer, and a client whose buffer is full is dropped (its stream ends; it
-// resumes with Last-Event-ID).
+// GET /api/events and of the projection channels. Publishing never blocks:
+// each client has a bounded buffer, and a client whose buffer is full is
+// dropped (its stream ends with an overflow frame; it resumes with
+// Last-Event-ID). It bounds the open streams, per user and in all.
 type sseHub struct {
 	// guard hides the fields each client may not read; settled reads the
 	// id up to which every event has settled (see eventstore.SettledTx).
-	// Both are set before the first client subscribes.
-	guard   readGuard
-	settled func(context.Context) (int64, error)
-	mu      sync.Mutex
-	clients map[*sseClient]struct{}
+	// buffer is each client's buffer; maxPerUser and maxTotal bound the
+	// open streams (0: no bound). All are set before the first client
+	// subscribes.
+	guard      readGuard
+	settled    func(context.Context) (int64, error)
+	buffer     int
+	maxPerUser int
+	maxTotal   int
+	mu         sync.Mutex
+	clients    map[*sseClient]struct{}
+	// open counts the streams subscribed and not yet unsubscribed, in all
+	// and by user: a dropped client's stream still counts until its
+	// handler ends.
+	open    int
+	perUser map[streamOwner]int
 	// last is the hub's position: every event with an id up to it has
 	// settled — no lower id can still commit — and every event after it
 	// will be published. The feed comes from a consumer of the event
@@ -71,6 +93,12 @@ type sseHub struct {
 	// to it are dropped.
 	last   int64
 	closed bool
+}
+
+// streamOwner is whose streams count together against MaxStreamsPerUser.
+type streamOwner struct {
+	tenant uuid.UUID
+	user   string
 }
 
 // sseClient is one open stream.
@@ -125,7 +153,11 @@ func (f *typeFilter) match(typ string) bool {
 	return false
 }
 
-var errStreamsClosed = errors.New("event streams are closed")
+var (
+	errStreamsClosed    = errors.New("event streams are closed")
+	errTooManyStreams   = errors.New("the user holds the most event streams allowed")
+	errStreamsExhausted = errors.New("the server holds the most event streams allowed")
+)
 
 // subscribe adds a client of tenant for types (nil: all) and returns it with
 // the hub's position: every event after it reaches the client (unless it is
@@ -154,6 +186,18 @@ func (h *sseHub) add(ctx context.Context, cl *sseClient) (_ *sseClient, position
 	if h.closed {
 		return nil, 0, errStreamsClosed
 	}
+	owner := streamOwner{cl.tenant, cl.user.ID}
+	switch {
+	case h.maxPerUser > 0 && h.perUser[owner] >= h.maxPerUser:
+		return nil, 0, errTooManyStreams
+	case h.maxTotal > 0 && h.open >= h.maxTotal:
+		return nil, 0, errStreamsExhausted
+	}
+	if h.perUser == nil {
+		h.perUser = map[streamOwner]int{}
+	}
+	h.open++
+	h.perUser[owner]++
 	if len(h.clients) == 0 {
 		// Nobody misses the events up to settled that the feed has yet to
 		// bring; with a client already there, last is current.
@@ -162,7 +206,7 @@ func (h *sseHub) add(ctx context.Context, cl *sseClient) (_ *sseClient, position
 	if h.clients == nil {
 		h.clients = map[*sseClient]struct{}{}
 	}
-	cl.frames, cl.gone = make(chan sseFrame, sseClientBuffer), make(chan struct{})
+	cl.frames, cl.gone = make(chan sseFrame, h.buffer), make(chan struct{})
 	h.clients[cl] = struct{}{}
 	return cl, h.last, nil
 }
@@ -174,11 +218,17 @@ func (h *sseHub) idle() bool {
 	return len(h.clients) == 0
 }
 
-// unsubscribe removes cl if the hub still holds it.
+// unsubscribe removes cl if the hub still holds it, and frees its place
+// among the open streams; it is called once for each client subscribed.
 func (h *sseHub) unsubscribe(cl *sseClient) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.clients, cl)
+	h.open--
+	owner := streamOwner{cl.tenant, cl.user.ID}
+	if h.perUser[owner]--; h.perUser[owner] <= 0 {
+		delete(h.perUser, owner)
+	}
 }
 
 // drop ends cl's stream; h.mu is held.
@@ -345,6 +395,12 @@ var (
 	tokenExpiredFrame = []byte("event: token_expired\n" +
 		`data: {"code":"unauthenticated","reason":"token_expired","detail":"the token has expired; reconnect with a fresh token and Last-Event-ID to resume"}` +
 		"\n\n")
+	// overflowFrame is the last frame of a stream that fell a whole buffer
+	// behind the live feed: no id either, so the client resumes from the
+	// last event it got.
+	overflowFrame = []byte("event: overflow\n" +
+		`data: {"code":"overflow","reason":"slow_client","detail":"the client fell too far behind the live events; reconnect with Last-Event-ID to resume"}` +
+		"\n\n")
 	// lineBreaks would end an SSE field early.
 	lineBreaks = strings.NewReplacer("\r", "", "\n", "")
 )
@@ -410,11 +466,17 @@ func (s *Server) events(c echo.Context) error {
 	return s.live(st, req)
 }
 
-// subscribeFailed is the answer to a subscription the hub refused: 503
-// when the streams are closed or the database is out.
+// subscribeFailed is the answer to a subscription the hub refused: 429
+// rate_limited past a cap on open streams (with Retry-After), 503 when the
+// streams are closed or the database is out.
 func subscribeFailed(err error) error {
-	if errors.Is(err, errStreamsClosed) {
+	switch {
+	case errors.Is(err, errStreamsClosed):
 		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
+	case errors.Is(err, errTooManyStreams):
+		return newAPIError(codeRateLimited, reasonTooManyStreams, detailTooManyStreams).withCause(err)
+	case errors.Is(err, errStreamsExhausted):
+		return newAPIError(codeRateLimited, reasonStreamsExhausted, detailStreamsExhausted).withCause(err)
 	}
 	return pipeline.AsError(err)
 }
@@ -515,7 +577,7 @@ func (s *Server) replay(st *sseStream, next func() (eventstore.Event, error, boo
 		}
 		select {
 		case <-st.cl.gone:
-			return true, s.streamEnded(st.c, st.cl)
+			return true, s.streamEnded(st)
 		case <-st.expired:
 			return true, st.w.end(tokenExpiredFrame)
 		default:
@@ -540,14 +602,14 @@ func (s *Server) live(st *sseStream, req eventsRequest) error {
 	for {
 		select {
 		case <-cl.gone:
-			return s.streamEnded(st.c, cl)
+			return s.streamEnded(st)
 		default:
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-cl.gone:
-			return s.streamEnded(st.c, cl)
+			return s.streamEnded(st)
 		case <-st.expired:
 			return w.end(tokenExpiredFrame)
 		case <-beat.C:
@@ -575,13 +637,15 @@ func (s *Server) live(st *sseStream, req eventsRequest) error {
 	}
 }
 
-// streamEnded logs why the hub ended a client's stream; the response is
-// complete either way.
-func (s *Server) streamEnded(c echo.Context, cl *sseClient) error {
-	if cl.reason == sseDropSlow {
-		infoOf(c).log.Warn("event stream: client too slow; disconnected (it resumes with Last-Event-ID)", "buffer", sseClientBuffer)
+// streamEnded ends a stream the hub dropped: a client too slow gets a last
+// overflow frame (the frames still buffered for it are not sent), and the
+// drop is logged. The response is complete either way.
+func (s *Server) streamEnded(st *sseStream) error {
+	if st.cl.reason != sseDropSlow {
+		return nil
 	}
-	return nil
+	infoOf(st.c).log.Warn("event stream: client too slow; disconnected (it resumes with Last-Event-ID)", "buffer", s.hub.buffer)
+	return st.w.end(overflowFrame)
 }
 
 // sseWriter writes frames with a deadline each, so a client that stops

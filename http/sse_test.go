@@ -623,27 +623,9 @@ func TestEventsHeartbeat(t *testing.T) {
 func TestEventsSlowClient(t *testing.T) {
 	t.Parallel()
 	e := newSSEEnv(t, 0)
-	// Small socket buffers, so that the slow client's buffer in the server
-	// fills after a few hundred events rather than many megabytes.
-	srv := httptest.NewUnstartedServer(e.s.Handler())
-	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
-		if tc, ok := c.(*net.TCPConn); ok && st == http.StateNew {
-			_ = tc.SetWriteBuffer(4096)
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv, slowClient := smallBuffers(t, e)
 	alice := token(t, "alice", tenantA, "User")
-
-	slowTransport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetReadBuffer(4096)
-		}
-		return c, err
-	}}
-	t.Cleanup(slowTransport.CloseIdleConnections)
-	slow := openStreamWith(t, &http.Client{Transport: slowTransport}, srv.URL+"/api/events", alice) // never read until the end
+	slow := openStreamWith(t, slowClient, srv.URL+"/api/events", alice) // never read until the end
 	fast := openStream(t, srv, "/api/events", alice).read()
 
 	handle := e.s.EventsConsumer().Handle
@@ -674,8 +656,9 @@ func TestEventsSlowClient(t *testing.T) {
 	require.Less(t, slowest, 500*time.Millisecond, "Handle returns at once")
 
 	// The slow client was disconnected: it reads what was sent before, in
-	// order and without a gap, and then the stream ends.
-	got := slow.read().ended()
+	// order and without a gap, then the overflow frame, and then the
+	// stream ends.
+	got := overflowed(t, slow)
 	require.NotEmpty(t, got)
 	require.Less(t, len(got), n, "the slow client was dropped")
 	t.Logf("the slow client got %d events before it was dropped; the slowest Handle took %s", len(got), slowest)
@@ -688,6 +671,43 @@ func TestEventsSlowClient(t *testing.T) {
 	require.NoError(t, handle(context.Background(), nil, eventstore.Event{ID: n, TenantID: tenantA, Type: "thing.made", Payload: payload}))
 	require.NoError(t, handle(context.Background(), nil, eventstore.Event{ID: n + 1, TenantID: tenantA, Type: "thing.made", Payload: payload}))
 	require.Equal(t, int64(n+1), fast.nextEvent().eventID(t))
+}
+
+// smallBuffers serves e's handler with small socket buffers, and returns a
+// client with small ones too, so that a stream's buffer in the server
+// fills after a few hundred kilobytes rather than many megabytes.
+func smallBuffers(t *testing.T, e *env) (*httptest.Server, *http.Client) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(e.s.Handler())
+	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		if tc, ok := c.(*net.TCPConn); ok && st == http.StateNew {
+			_ = tc.SetWriteBuffer(4096)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	slowTransport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4096)
+		}
+		return c, err
+	}}
+	t.Cleanup(slowTransport.CloseIdleConnections)
+	return srv, &http.Client{Transport: slowTransport}
+}
+
+// overflowed reads s to its end and returns its event frames but the last,
+// which must be the overflow frame, without an id.
+func overflowed(t *testing.T, s *sseStream) []sseMsg {
+	t.Helper()
+	got := s.read().ended()
+	require.NotEmpty(t, got, "the stream ends with a frame")
+	last := got[len(got)-1]
+	require.Equal(t, "overflow", last.event, "the last frame says why the stream ends: %+v", last)
+	require.Empty(t, last.id, "the overflow frame leaves Last-Event-ID at the last event")
+	require.Equal(t, "overflow", last.obj(t)["code"])
+	return got[:len(got)-1]
 }
 
 // Without a valid token the stream answers 401 problem+json; a bad resume

@@ -240,14 +240,14 @@ func (rs *rowStream) live() error {
 		}
 		select {
 		case <-cl.gone:
-			return rs.s.streamEnded(st.c, cl)
+			return rs.s.streamEnded(st)
 		default:
 		}
 		select {
 		case <-rs.ctx.Done():
 			return nil
 		case <-cl.gone:
-			return rs.s.streamEnded(st.c, cl)
+			return rs.s.streamEnded(st)
 		case <-st.expired:
 			return st.w.end(tokenExpiredFrame)
 		case <-beat.C:

@@ -232,6 +232,8 @@ func (a *App) wireHTTP() error {
 		Gatherer:            p.Metrics,
 		Ready:               p.Pool.Ping,
 		RequestTimeout:      max(cfg.RequestTimeout, 0),
+		MaxStreamsPerUser:   cfg.MaxStreamsPerUser,
+		MaxStreams:          cfg.MaxStreams,
 	}, p.Executor, p.Store)
 	if err != nil {
 		return err

@@ -185,6 +185,13 @@ type Config struct {
 	// MaxHeaderBytes caps the size of a request's headers (net/http allows
 	// 4 KiB of slack); larger ones answer 431. Default 64 KiB.
 	MaxHeaderBytes int
+	// MaxStreamsPerUser and MaxStreams bound the event streams (GET
+	// /api/events and the projection channels) open at once, per user of a
+	// tenant and per process; past either a new one answers 429
+	// rate_limited with Retry-After. Defaults 16 and 1000; negative: no
+	// bound. See http.Config.
+	MaxStreamsPerUser int
+	MaxStreams        int
 	// AsOfConcurrency and AsOfTimeout bound lists with "asOf"; see
 	// pipeline.Config. Defaults 2 and 5s.
 	AsOfConcurrency int
