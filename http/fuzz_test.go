@@ -79,6 +79,9 @@ func FuzzPayload(f *testing.F) {
 		{3, "task.detail", `{"id":"0190a000-0000-7000-8000-00000000000a","asOf":"9999-12-31T23:59:59.999999999Z"}`},
 		{3, "task.stats", `{}`},
 		{3, "task.list", `{"limit":200,"includeDeleted":true,"asOf":"0001-01-01T00:00:00Z"}`},
+		{0, "task.create", `{"title":"x","title":"y"}`},
+		{1, "task.create", `{"title":"x","\u0074itle":"y"}`},
+		{3, "task.list", `{"filter":{"done":true,"done":false},"sort":[{"field":"title"},{"field":"title","field":"dueAt"}]}`},
 	} {
 		f.Add(s.route, s.typ, []byte(s.payload))
 	}
