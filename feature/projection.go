@@ -3,6 +3,7 @@ package feature
 import (
 	"maps"
 	"slices"
+	"time"
 )
 
 // InlineProjection is a read model kept in the write transaction of its source
@@ -165,6 +166,17 @@ type MultiStreamProjection struct {
 	StartFrom StartFrom
 	// BatchSize is the number of events per pass (default 200).
 	BatchSize int
+	// StuckAfter is how long one Apply call may run before the
+	// projection's consumer reports it stuck (GET /api/consumers, the
+	// consumer CLI, the console, the kumiko_event_consumer_stuck gauge);
+	// 0 = the dispatcher's threshold (default 30s).
+	StuckAfter time.Duration
+	// HandlerTimeout, when positive, bounds one Apply call: past it the
+	// call's context (ApplyContext.Context) is cancelled, and when Apply
+	// then fails the pass counts a failed attempt ("handler timeout after
+	// …"), retried or dead after MaxAttempts like any failure. An Apply
+	// that ignores its context is not interrupted. 0 = no bound.
+	HandlerTimeout time.Duration
 	// Read decides who may follow the rows of its Table over HTTP (GET
 	// /api/projections/{name}/events), as for [InlineProjection.Read]; the
 	// zero Rule allows nobody.

@@ -200,3 +200,47 @@ func TestConsumersShowStuckHandler(t *testing.T) {
 	require.Equal(t, float64(0), row["stuckEventId"])
 	require.Equal(t, "", row["stuckInstanceId"])
 }
+
+// slowLog is a side-effect multi-stream projection whose apply waits for
+// its context: its HandlerTimeout cancels it.
+var slowLog = feature.Define("slowlog", func(r *feature.Registrar) {
+	r.MultiStreamProjection(feature.MultiStreamProjection{
+		Name: "slow_log", MaxAttempts: 3, HandlerTimeout: 200 * time.Millisecond, StuckAfter: time.Hour,
+		Apply: map[string]feature.ApplyFunc{"task.created": func(ctx feature.ApplyContext, _ feature.Event) error {
+			<-ctx.Context().Done()
+			return ctx.Context().Err()
+		}},
+	})
+})
+
+// A multi-stream projection's HandlerTimeout cancels its apply and counts
+// the attempt: GET /api/consumers shows it with the timeout as last error.
+func TestConsumersShowHandlerTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 8, []*feature.Feature{slowLog})
+	alice := token(t, "alice", tenantA, "User")
+	operator := token(t, "olga", tenantA, "Operator")
+	var slow []consumer.Consumer
+	for _, c := range e.app.Executor.Consumers() {
+		if c.Name == "slow_log" {
+			slow = append(slow, c)
+		}
+	}
+	require.Len(t, slow, 1)
+	require.Equal(t, 200*time.Millisecond, slow[0].HandlerTimeout)
+	d, err := consumer.New(e.app.Store, consumer.Config{InstanceID: "p1"}, slow...)
+	require.NoError(t, err)
+	require.NoError(t, d.Register(context.Background()))
+	e.create(alice, "one")
+
+	res, err := d.RunPass(context.Background(), "slow_log")
+	require.NoError(t, err)
+	require.Error(t, res.Failed)
+	r := e.do(get("/api/consumers", operator))
+	require.Equal(t, http.StatusOK, r.status, r.String())
+	row := r.obj(t)["data"].([]any)[0].(map[string]any)
+	require.Equal(t, "slow_log", row["name"])
+	require.Equal(t, float64(1), row["attempts"])
+	require.Contains(t, row["lastError"], "handler timeout after 200ms")
+	require.Equal(t, consumer.StatusCatchingUp, row["status"])
+}

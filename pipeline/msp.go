@@ -36,6 +36,8 @@ func (d *Executor) Consumers() []consumer.Consumer {
 			SkipApplyErrors: m.SkipApplyErrors(),
 			StartFrom:       m.StartFrom(),
 			BatchSize:       m.BatchSize(),
+			StuckAfter:      m.StuckAfter(),
+			HandlerTimeout:  m.HandlerTimeout(),
 			Pipelined:       true,
 			Handle: func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
 				_, err := d.applyMSP(ctx, tx, m, table, ev)

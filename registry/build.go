@@ -765,6 +765,9 @@ func (b *builder) msp(feat string, m feature.MultiStreamProjection) {
 	if m.BatchSize < 0 {
 		bad("BatchSize %d is negative (0 = default %d)", m.BatchSize, feature.DefaultBatchSize)
 	}
+	if m.StuckAfter < 0 || m.HandlerTimeout < 0 {
+		bad("StuckAfter %s and HandlerTimeout %s must not be negative (0 = default)", m.StuckAfter, m.HandlerTimeout)
+	}
 	if m.Table != nil {
 		b.checkTable(feat, item, *m.Table, false)
 	}

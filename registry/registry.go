@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
@@ -277,6 +278,13 @@ func (m *MSP) StartFrom() feature.StartFrom { return m.m.StartFrom }
 
 // BatchSize is the number of events per pass.
 func (m *MSP) BatchSize() int { return m.m.BatchSize }
+
+// StuckAfter is how long one apply may run before the consumer reports it
+// stuck; 0 = the dispatcher's threshold.
+func (m *MSP) StuckAfter() time.Duration { return m.m.StuckAfter }
+
+// HandlerTimeout bounds one apply; 0 = no bound.
+func (m *MSP) HandlerTimeout() time.Duration { return m.m.HandlerTimeout }
 
 // Features lists the features in the order given to Build.
 func (r *Registry) Features() []FeatureInfo {
