@@ -157,7 +157,7 @@ func (e *Dispatcher) heartbeat(ctx context.Context, started time.Time) {
 		// A stopping process clears its stuck records: the passes it gave
 		// up on roll back, their events wait for the next turn.
 		if len(recorded) > 0 {
-			bound, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			bound, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
 			_ = e.recordStuck(bound, conn, nil)
 			cancel()
 		}
