@@ -24,6 +24,7 @@ var owners = map[string]string{
 	"kumiko_event_consumers":        "consumer",
 	"kumiko_consumer_migrations":    "consumer",
 	"kumiko_instances":              "consumer",
+	"kumiko_consumer_stuck":         "consumer",
 	"kumiko_projections":            "pipeline",
 	"kumiko_projection_quarantine":  "pipeline",
 	"kumiko_idempotency_keys":       "pipeline",
