@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -52,7 +53,10 @@ type Config struct {
 	// AsOfConcurrency bounds how many lists with "asOf" run at once in this
 	// process: such a list folds the entity's whole history in the caller's
 	// tenant. One more is refused at once with unavailable (reason
-	// as_of_busy; HTTP 503 with Retry-After). Default 2; negative: no bound.
+	// as_of_busy; HTTP 503 with Retry-After). Default
+	// DefaultAsOfConcurrencyFor(runtime.GOMAXPROCS(0)): one per four
+	// cores, at least 1 and at most DefaultAsOfConcurrency, so folds never
+	// take every core from the other tenants' requests; negative: no bound.
 	AsOfConcurrency int
 	// AsOfTimeout bounds one list with "asOf": past it its reads are
 	// cancelled in the database and it fails with unavailable (reason
@@ -62,11 +66,22 @@ type Config struct {
 	Jobs jobs.Config
 }
 
-// Defaults of Config.
+// Defaults of Config. DefaultAsOfConcurrency is the most the derived
+// default of Config.AsOfConcurrency allows (see DefaultAsOfConcurrencyFor).
 const (
 	DefaultAsOfConcurrency = 2
 	DefaultAsOfTimeout     = 5 * time.Second
 )
+
+// DefaultAsOfConcurrencyFor is the default of Config.AsOfConcurrency for a
+// process running Go code on procs cores (runtime.GOMAXPROCS): procs/4,
+// at least 1 and at most DefaultAsOfConcurrency. One as-of list keeps about
+// a core busy between this process (decoding and folding) and its
+// PostgreSQL backend (reading the events), so on a 2-core machine a second
+// one would leave other tenants' requests no core of their own.
+func DefaultAsOfConcurrencyFor(procs int) int {
+	return min(max(1, procs/4), DefaultAsOfConcurrency)
+}
 
 // Executor runs writes, batches, queries and commands. Build it once per
 // process; it is safe for concurrent use.
@@ -89,6 +104,9 @@ type Executor struct {
 	// asOfSlots holds a token per running as-of list; nil: no bound.
 	asOfSlots   chan struct{}
 	asOfTimeout time.Duration
+	// asOfChunk is how many events an as-of list reads and folds between
+	// yields (see listAsOf).
+	asOfChunk int
 	// jobs runs the registry's jobs; nil when there are none.
 	jobs *jobs.Runner
 	// built holds the names of projections whose tables are known to be
@@ -116,9 +134,10 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	d := &Executor{
 		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
 		metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName), sql: newQueries(store.Schema()), consumers: consumer.NewOps(store), entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
+		asOfChunk: asOfChunkEvents,
 	}
 	if cfg.AsOfConcurrency == 0 {
-		cfg.AsOfConcurrency = DefaultAsOfConcurrency
+		cfg.AsOfConcurrency = DefaultAsOfConcurrencyFor(runtime.GOMAXPROCS(0))
 	}
 	if cfg.AsOfConcurrency > 0 {
 		d.asOfSlots = make(chan struct{}, cfg.AsOfConcurrency)
