@@ -193,7 +193,8 @@ type Config struct {
 	MaxStreamsPerUser int
 	MaxStreams        int
 	// AsOfConcurrency and AsOfTimeout bound lists with "asOf"; see
-	// pipeline.Config. Defaults 2 and 5s.
+	// pipeline.Config. Defaults GOMAXPROCS/4 (at least 1, at most 2) and
+	// 5s.
 	AsOfConcurrency int
 	AsOfTimeout     time.Duration
 	// IdempotencyRetention is how long the keys of keyed writes stay

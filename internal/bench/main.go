@@ -26,7 +26,10 @@
 //     commit→remote handler p50 and p99 at 200 messages/s;
 //   - the jobs' event trigger (a River job inserted per event in the pass)
 //     against the same pass with a no-op handler, and the pick-up latency
-//     of a job after its enqueue committed.
+//     of a job after its enqueue committed;
+//   - lists with "asOf": another tenant's write p95 while clients loop
+//     as-of lists over a history of 10,000 events, against the same writer
+//     without them, as a ratio.
 //
 // Each comparison warms both sides up, then runs them in alternating rounds
 // for -duration in total per side, so both see the same machine state. The
