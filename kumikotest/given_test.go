@@ -82,8 +82,9 @@ func TestServer(t *testing.T) {
 }
 
 // An event stored in a version newer than the app knows is never guessed
-// at: the command that loads it fails with event_schema_unknown_version and
-// writes nothing; over HTTP it is a 500 with that reason.
+// at: the command that loads it to write is refused (409 version_conflict,
+// reason event_schema_unknown_version: a newer release wrote it) and writes
+// nothing; a read of it over HTTP is a 500 with that reason.
 func TestGivenNewerEventVersion(t *testing.T) {
 	t.Parallel()
 	srv := kumikotest.NewServer(t, []*feature.Feature{tasks.Feature})
@@ -93,7 +94,7 @@ func TestGivenNewerEventVersion(t *testing.T) {
 		kumikotest.Given{Stream: id, AggregateType: "task", Type: "task.completed", EventVersion: 4, Payload: map[string]any{"completedBy": "bob"}})
 
 	srv.When(t, kumikotest.User(tenant, "alice", "User"), "task.complete", tasks.CompleteTask{ID: id, Version: 2}).
-		ThenError("internal_error", "event_schema_unknown_version")
+		ThenError("version_conflict", "event_schema_unknown_version")
 
 	p := srv.As(t, tenant, "root", "Admin").Get("/api/inspect/task/" + id.String()).Problem()
 	require.Equal(t, 500, p.Status)
