@@ -306,23 +306,25 @@ func (d *Executor) listRows(ctx context.Context, c *Caller, t *entityTable, in r
 var errAsOfTimeout = errors.New("as-of list timed out")
 
 // asOfChunkEvents is how many events an as-of list reads in one statement
-// and folds before it yields: one statement holds the database for about a
-// millisecond, one chunk's fold holds a core for a few.
-const asOfChunkEvents = 500
+// and folds before it yields: one statement holds the database for well
+// under a millisecond, one chunk's fold holds a core for a millisecond or
+// two.
+const asOfChunkEvents = 250
 
-// asOfYield gives the processor and the database to other work for as
-// long as the chunk that just ended took (worked), so an as-of list works
-// at most about half of its time. Measured on 2 cores with as-of lists
-// running flat out, the pause cut another tenant's write p95 from about 3×
-// to about 2× its unloaded value, for as-of lists taking about 1.7× as
-// long. It returns early when ctx ends: the next read then fails with its
-// cause.
+// asOfYield gives the processor and the database to other work for twice
+// as long as the chunk that just ended took (worked), so an as-of list
+// works at most about a third of its time. Measured on 2 cores with as-of
+// lists running flat out (`make bench`, group asof), another tenant's
+// write p95 rose about 4× with chunks of 500 and a pause as long as the
+// chunk, and about 2.5× with these; as-of lists take about 3× as long as
+// unpaused. It returns early when ctx ends: the next read then fails with
+// its cause.
 func asOfYield(ctx context.Context, worked time.Duration) {
 	runtime.Gosched()
 	if worked <= 0 {
 		return
 	}
-	timer := time.NewTimer(worked)
+	timer := time.NewTimer(2 * worked)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
