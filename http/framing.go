@@ -2,9 +2,7 @@ package http
 
 import (
 	"bytes"
-	"encoding/json"
 	"net"
-	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -299,21 +297,9 @@ func (s *Server) refuseContentEncoding(next echo.HandlerFunc) echo.HandlerFunc {
 		if r.ContentLength == 0 || identityOnly(r.Header.Values(headerContentEncoding)) {
 			return next(c)
 		}
-		info := infoOf(c)
-		info.log.Debug("request refused", "status", http.StatusUnsupportedMediaType, "code", codeUnsupportedMediaType,
-			"reason", reasonContentEncoding, "contentEncoding", r.Header.Values(headerContentEncoding))
-		body, err := json.Marshal(problem{
-			Type: problemTypeBase + codeUnsupportedMediaType, Title: "Unsupported media type",
-			Status: http.StatusUnsupportedMediaType, Code: codeUnsupportedMediaType, Reason: reasonContentEncoding,
-			Detail:    "the request body must not be content-encoded (Content-Encoding: identity or none)",
-			RequestID: info.id,
-		})
-		if err != nil {
-			return err
-		}
-		h := c.Response().Header()
-		h.Set("Accept-Encoding", "identity")
-		return c.Blob(http.StatusUnsupportedMediaType, contentTypeProblem, body)
+		c.Response().Header().Set("Accept-Encoding", "identity")
+		return newAPIError(codeUnsupportedMediaType, reasonContentEncoding,
+			"the request body must not be content-encoded (Content-Encoding: identity or none)")
 	}
 }
 

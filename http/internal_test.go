@@ -36,6 +36,8 @@ func TestStatusOfEveryCode(t *testing.T) {
 		{"idempotency_conflict", "key_reused", 422, false},
 		{"unprocessable", "", 422, false},
 		{"payload_too_large", "", 413, false},
+		{"unsupported_media_type", "content_encoding", 415, false},
+		{"client_closed", "", 499, false},
 		{"rate_limited", "", 429, true},
 		{"projection_rebuild_in_progress", "", 503, true},
 		{"unavailable", "", 503, true},

@@ -65,6 +65,8 @@ func statusOf(code, reason string) int {
 		return http.StatusUnprocessableEntity
 	case codePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case codeUnsupportedMediaType:
+		return http.StatusUnsupportedMediaType
 	case codeRateLimited:
 		return http.StatusTooManyRequests
 	case codeClientClosed:
@@ -87,6 +89,7 @@ var titles = map[string]string{
 	pipeline.CodeIdempotencyConflict:  "Idempotency conflict",
 	pipeline.CodeUnprocessable:        "Unprocessable request",
 	codePayloadTooLarge:               "Payload too large",
+	codeUnsupportedMediaType:          "Unsupported media type",
 	codeRateLimited:                   "Too many requests",
 	codeClientClosed:                  "Client closed request",
 	pipeline.CodeProjectionRebuilding: "Projection rebuild in progress",
