@@ -325,6 +325,9 @@ func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, w *waker) {
 		if c.standingBy() {
 			since = started // nobody waits for a consumer on standby
 		}
+		if ctx.Err() != nil {
+			return // a stop began while this loop waited or backed off
+		}
 		end := e.passes.Begin(c.Name)
 		res, err := e.pass(passCtx, c, instance, since)
 		end()

@@ -161,7 +161,9 @@ func (e *Dispatcher) heartbeat(ctx context.Context, started time.Time) {
 			_ = e.recordStuck(bound, conn, nil)
 			cancel()
 		}
-		conn.Close(context.WithoutCancel(ctx))
+		bound, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+		conn.Close(bound)
+		cancel()
 	}()
 	ticker := time.NewTicker(e.cfg.Heartbeat)
 	defer ticker.Stop()
@@ -188,7 +190,7 @@ func (e *Dispatcher) heartbeat(ctx context.Context, started time.Time) {
 			}
 			conn = c
 		}
-		err := error(nil)
+		var err error
 		if beat {
 			err = e.beat(ctx, conn, started, false)
 		}
@@ -252,11 +254,7 @@ func (e *Dispatcher) beat(ctx context.Context, q beatQuerier, started time.Time,
 	)
 	e.metrics.stale.Reset()
 	_, err = pgx.ForEachRow(rows, []any{&id, &skip, &skip, &skip, &skip, &stale, &ok}, func() error {
-		v := 0.0
-		if stale {
-			v = 1
-		}
-		e.metrics.stale.WithLabelValues(id).Set(v)
+		e.metrics.stale.WithLabelValues(id).Set(gaugeFlag(stale))
 		return nil
 	})
 	if err != nil {

@@ -69,12 +69,7 @@ func (s *Store) RefuseUnknownVersionsTx(ctx context.Context, tx pgx.Tx, tenant, 
 	// A savepoint or another wrapper: the check runs now, so its failure is
 	// this statement's alone (a savepoint rolled back to leaves the
 	// transaction usable, as a consumer's pass needs to record the failure).
-	rows, err := tx.Query(ctx, s.sql.refuseUnknownVersions, args...)
-	if err == nil {
-		rows.Close()
-		err = rows.Err()
-	}
-	if err != nil {
+	if _, err := tx.Exec(ctx, s.sql.refuseUnknownVersions, args...); err != nil {
 		return check(err)
 	}
 	return nil

@@ -45,7 +45,8 @@ type Health struct {
 	// Overdue counts the jobs waiting longer than the threshold past their
 	// scheduled time: available, scheduled or retryable. It stops counting
 	// at 10,000 (OverdueCapped).
-	Overdue       int
+	Overdue int
+	// OverdueCapped is set when Overdue stopped counting at the cap.
 	OverdueCapped bool
 	// Oldest is the overdue job that has waited longest; the zero value
 	// when Overdue is 0.
@@ -60,11 +61,13 @@ type Health struct {
 
 // OverdueJob is a job waiting past its scheduled time.
 type OverdueJob struct {
+	// ID is River's job id.
 	ID int64
 	// Name is the job's name (River's kind).
 	Name string
 	// State is River's state: available, scheduled or retryable.
-	State       string
+	State string
+	// ScheduledAt is when the job was due.
 	ScheduledAt time.Time
 	// Waited is how long past ScheduledAt the job has waited so far.
 	Waited time.Duration

@@ -131,21 +131,23 @@ func (d *Executor) checkReferences(ctx context.Context, db pgx.Tx, c *Caller, t 
 			continue
 		}
 		ref := d.entities[t.specs[f].Ref]
-		notFound := newError(CodeUnprocessable, ReasonReferenceNotFound,
-			fmt.Sprintf("%s does not name an existing %s", f, ref.e.Name()), nil).with("field", f)
+		notFound := func() error {
+			return newError(CodeUnprocessable, ReasonReferenceNotFound,
+				fmt.Sprintf("%s does not name an existing %s", f, ref.e.Name()), nil).with("field", f)
+		}
 		var s string
 		if json.Unmarshal(raw, &s) != nil {
-			return notFound
+			return notFound()
 		}
 		id, err := uuid.Parse(s)
 		if err != nil {
-			return notFound
+			return notFound()
 		}
 		var one int
 		err = db.QueryRow(ctx, ref.exists, [16]byte(id), [16]byte(d.tenantOf(ref, c))).Scan(&one)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			return notFound
+			return notFound()
 		case err != nil:
 			return fmt.Errorf("check reference %s: %w", f, err)
 		}

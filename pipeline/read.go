@@ -381,10 +381,11 @@ func (s *asOfStream) foldReady(t *entityTable, rest bool) error {
 // database); both answer unavailable, never an unbounded wait.
 //
 // It reads and folds the history in chunks of asOfChunk events, one
-// statement per chunk, and pauses between chunks as long as the chunk took
-// (asOfYield), so a long history never holds a core or a database
+// statement per chunk, and pauses between chunks twice as long as the chunk
+// took (asOfYield), so a long history never holds a core or a database
 // connection for a long stretch while other tenants' requests wait; an
-// as-of list therefore takes about twice its work, within AsOfTimeout. A stream's events fold in version
+// as-of list therefore takes about three times its work, within
+// AsOfTimeout. A stream's events fold in version
 // order as they arrive (ids follow versions within a stream); any that do
 // not continue the versions already folded wait for the rest, and what is
 // still waiting at the end folds in version order, as if the whole history
