@@ -156,11 +156,9 @@ func (s *Server) settlement(c echo.Context, store idempotency.Store, k idempoten
 // waits for it. Until it is done the claim stays pending, so retries wait
 // rather than run.
 func (s *Server) settleLater(st settlement) {
-	s.records.Add(1)
-	s.recording.Add(1)
+	end := s.records.Begin("idempotency record")
 	go func() {
-		defer s.records.Done()
-		defer s.recording.Add(-1)
+		defer end()
 		s.settle(st)
 	}()
 }
@@ -169,16 +167,14 @@ func (s *Server) settleLater(st settlement) {
 // written, or ctx ends. Call it after the HTTP server stopped serving and
 // before closing the idempotency store's client.
 func (s *Server) WaitRecords(ctx context.Context) error {
-	if s.recording.Load() == 0 {
-		return nil // nothing to wait for, whatever ctx says
-	}
-	done := make(chan struct{})
-	go func() {
-		s.records.Wait()
-		close(done)
-	}()
+	idle := s.records.Idle() // closed at once when nothing is being recorded
 	select {
-	case <-done:
+	case <-idle:
+		return nil
+	default:
+	}
+	select {
+	case <-idle:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("http: idempotency records still being written: %w", ctx.Err())
@@ -186,8 +182,8 @@ func (s *Server) WaitRecords(ctx context.Context) error {
 }
 
 // settle completes the key with a 2xx or 4xx response (but the 499 of a
-// client that went away) and releases it otherwise; a 2xx too large to keep is completed as responseOmitted, a 4xx
-// too large is released.
+// client that went away) and releases it otherwise; a 2xx too large to keep
+// is completed as responseOmitted, a 4xx too large is released.
 func (s *Server) settle(st settlement) {
 	ctx, cancel := context.WithTimeout(st.ctx, storeTimeout)
 	defer cancel()

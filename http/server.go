@@ -20,8 +20,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -34,6 +32,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/internal/lifecycle"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -307,10 +306,7 @@ type Server struct {
 	openAPIDoc []byte
 	// records counts the idempotency records being written after their
 	// requests were answered (see WaitRecords).
-	records sync.WaitGroup
-	// recording is records' count, which a WaitGroup does not tell:
-	// WaitRecords with nothing to wait for returns nil at once.
-	recording atomic.Int64
+	records lifecycle.Work
 }
 
 // NewServer builds the server for d, inspecting streams in store (the

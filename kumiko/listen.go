@@ -85,15 +85,13 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 	inner := hs.Handler
 	hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer requests.Begin(r.Method + " " + r.URL.Path)()
-		// Server.Close alone does not cancel a request whose body the
-		// handler has not read to the end.
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		defer context.AfterFunc(stopping, cancel)()
 		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
 			defer context.AfterFunc(draining, cancel)()
+			r = r.WithContext(ctx)
 		}
-		inner.ServeHTTP(w, r.WithContext(ctx))
+		inner.ServeHTTP(w, r)
 	})
 	return step{
 		name: what + " listener",
@@ -109,7 +107,11 @@ func listener(cfg Config, what, address string, hs *http.Server, bound *listenAd
 			// Serving outlives the start call, until the stop (the request
 			// contexts do not derive from ctx).
 			stopping, giveUp = context.WithCancel(context.WithoutCancel(ctx))
-			draining, drain = context.WithCancel(context.WithoutCancel(ctx))
+			draining, drain = context.WithCancel(stopping)
+			// Every request's context derives from stopping, so giving up
+			// cancels them all — Server.Close alone does not cancel a
+			// request whose body the handler has not read to the end.
+			hs.BaseContext = func(net.Listener) context.Context { return stopping }
 			go func() {
 				if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					cfg.Logger.Error("kumiko: "+what+" server stopped", "err", err)
