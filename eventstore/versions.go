@@ -49,9 +49,10 @@ const unknownVersionState = "KU001"
 // own: it is queued and travels with tx's next statement — queue it before
 // the append, so a refused stream gets nothing written — which then answers
 // the error, as do every later statement and the commit. On any other tx (a
-// savepoint among them) it runs at once. Its cost in the database is a walk of the stream's events on the
-// (aggregate_id, version) index; a stream whose events are all at version 1
-// is refused nothing.
+// savepoint among them) it runs at once. In the database it looks only
+// at the stream's events above version 1, through a partial index holding
+// just those: a stream whose events are all at version 1 costs one empty
+// index lookup and is refused nothing.
 func (s *Store) RefuseUnknownVersionsTx(ctx context.Context, tx pgx.Tx, tenant, id uuid.UUID, known KnownVersions) error {
 	check := func(err error) error {
 		var pg *pgconn.PgError
