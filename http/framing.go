@@ -297,7 +297,6 @@ func (s *Server) refuseContentEncoding(next echo.HandlerFunc) echo.HandlerFunc {
 		if r.ContentLength == 0 || identityOnly(r.Header.Values(headerContentEncoding)) {
 			return next(c)
 		}
-		c.Response().Header().Set("Accept-Encoding", "identity")
 		return newAPIError(codeUnsupportedMediaType, reasonContentEncoding,
 			"the request body must not be content-encoded (Content-Encoding: identity or none)")
 	}

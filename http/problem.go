@@ -230,6 +230,8 @@ func toProblem(err error) (p problem, header http.Header, cause error) {
 		if p.Reason == reasonRequestInProgress {
 			header.Set("Retry-After", retryAfterSeconds)
 		}
+	case http.StatusUnsupportedMediaType:
+		header.Set("Accept-Encoding", "identity") // RFC 9110 §15.5.16
 	}
 	return p, header, cause
 }
