@@ -30,7 +30,10 @@ type DeadMessage struct {
 	Message feature.Message `json:"message"`
 	// Handler is the handler that failed ("" over RabbitMQ, where a
 	// message is dead for the app).
-	Handler   string    `json:"handler,omitempty"`
+	Handler string `json:"handler,omitempty"`
+	// RawID is the AMQP message_id the message was sent with, when it is
+	// not Message.ID (see MessageID); "" when it was none.
+	RawID     string    `json:"rawId,omitempty"`
 	Attempts  int       `json:"attempts"`
 	LastError string    `json:"lastError"`
 	DeadAt    time.Time `json:"deadAt"`
@@ -115,7 +118,7 @@ func (s *Service) retry(ctx context.Context, id uuid.UUID, handler string) error
 			continue
 		}
 		if herr := s.handle(ctx, dm.Message, dm.Handler)[dm.Handler]; herr != nil {
-			errs = append(errs, fmt.Errorf("handler %s: %w", dm.Handler, herr))
+			errs = append(errs, coded("handler "+dm.Handler, herr))
 			if err := s.putDead(ctx, dm.Message, dm.Handler, 1, herr); err != nil {
 				errs = append(errs, err)
 			}

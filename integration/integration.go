@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -300,31 +301,69 @@ func (s *Service) Stop(ctx context.Context) error {
 
 // Handle runs every handler of m that has not handled it yet, each in its
 // own transaction with its inbox row, and returns the failures joined (nil
-// when every handler has handled m, now or before). A transport calls it
-// for each message it receives.
+// when every handler has handled m, now or before, or the app handles no
+// message of its type). A transport calls it for each message it receives.
+//
+// Before any handler runs, m is brought to the app's contract version and
+// checked against the contract (schema and validate tags); a message that
+// fails either is refused as a whole, with an error for which final is
+// true. Every error's text starts with its code: validation_error,
+// event_schema_unknown_version, or the code of the handler's error
+// (internal_error when it has none) followed by "handler <name>:".
 func (s *Service) Handle(ctx context.Context, m feature.Message) error {
-	var errs []error
-	for name, err := range s.handle(ctx, m, "") {
-		errs = append(errs, fmt.Errorf("handler %s: %w", name, err))
+	if len(s.handlers[m.Type]) == 0 {
+		return nil
+	}
+	current, err := s.prepare(m)
+	if err != nil {
+		s.countFailed(m.Type, "")
+		return err
+	}
+	failed := s.run(ctx, current, "")
+	errs := make([]error, 0, len(failed))
+	for _, name := range slices.Sorted(maps.Keys(failed)) {
+		errs = append(errs, coded("handler "+name, failed[name]))
 	}
 	return errors.Join(errs...)
 }
 
-// handle runs the handlers of m (only the one called only, when set) on m
-// upcast to the app's contract version, and returns the failures by
-// handler. A message the app cannot upcast fails every handler with an
-// error wrapping *eventstore.UnknownEventVersionError.
+// handle runs the handlers of m (only the one called only, when set) and
+// returns the failures by handler: when m cannot be prepared (see
+// Handle), that failure for each of them.
 func (s *Service) handle(ctx context.Context, m feature.Message, only string) map[string]error {
+	current, err := s.prepare(m)
+	if err == nil {
+		return s.run(ctx, current, only)
+	}
+	failed := map[string]error{}
+	for _, h := range s.handlers[m.Type] {
+		if only == "" || h.Name == only {
+			failed[h.Name] = err
+		}
+	}
+	s.countFailed(m.Type, only)
+	return failed
+}
+
+// countFailed counts a failed attempt of the handlers of typ (only the one
+// called only, when set) that never ran.
+func (s *Service) countFailed(typ, only string) {
+	for _, h := range s.handlers[typ] {
+		if only == "" || h.Name == only {
+			s.metrics.failed.WithLabelValues(h.Name).Inc()
+		}
+	}
+}
+
+// run runs the handlers of m, already prepared (only the one called only,
+// when set), and returns the failures by handler.
+func (s *Service) run(ctx context.Context, m feature.Message, only string) map[string]error {
 	var failed map[string]error
-	current, uerr := s.upcast(m)
 	for _, h := range s.handlers[m.Type] {
 		if only != "" && h.Name != only {
 			continue
 		}
-		ran, err := false, uerr
-		if err == nil {
-			ran, err = s.runHandler(ctx, h, current)
-		}
+		ran, err := s.runHandler(ctx, h, m)
 		switch {
 		case err != nil:
 			s.metrics.failed.WithLabelValues(h.Name).Inc()
@@ -339,12 +378,15 @@ func (s *Service) handle(ctx context.Context, m feature.Message, only string) ma
 	return failed
 }
 
-// upcast brings m to the app's version of its contract. A version the app
-// does not know (newer than its own) is an error that starts with the code
+// prepare brings m to the app's version of its contract and checks its
+// payload against the contract. A version the app does not know (newer
+// than its own) is an error that starts with the code
 // event_schema_unknown_version and wraps the
 // *eventstore.UnknownEventVersionError: the message is kept dead, for a
-// retry once the app knows the version.
-func (s *Service) upcast(m feature.Message) (feature.Message, error) {
+// retry once the app knows the version. A payload that breaks the
+// contract is a validation_error with the paths of its problems, wrapping
+// the *registry.ValidationError.
+func (s *Service) prepare(m feature.Message) (feature.Message, error) {
 	v, p, err := s.exec.Registry().UpcastMessage(m.Type, m.Version, m.Payload)
 	var unknown *eventstore.UnknownEventVersionError
 	switch {
@@ -352,17 +394,15 @@ func (s *Service) upcast(m feature.Message) (feature.Message, error) {
 		return m, fmt.Errorf("%s: message %s of %s has contract version %d, this app knows version %d; "+
 			"retry it once the app knows version %d: %w", unknown.Code(), m.ID, m.Type, m.Version, unknown.Current, m.Version, err)
 	case err != nil:
-		return m, fmt.Errorf("message %s: %w", m.ID, err)
+		return m, coded(fmt.Sprintf("message %s", m.ID), err)
 	case v != m.Version:
 		m.PublishedVersion, m.Version, m.Payload = m.Version, v, p
 	}
+	if _, err := s.exec.Registry().DecodePayload(m.Type, m.Payload); err != nil {
+		return m, invalid(fmt.Sprintf("message %s of %s version %d", m.ID, m.Type, m.Version), err)
+	}
 	return m, nil
 }
-
-// unknownVersion reports whether err is (or joins) the failure of a
-// message of a contract version the app does not know: retrying it before
-// the app is upgraded cannot help.
-func unknownVersion(err error) bool { return errors.Is(err, eventstore.ErrUnknownEventVersion) }
 
 // runHandler runs h on m in a transaction of its own that claims the inbox
 // row first, under a consumer span that is a child of the publisher's: ran

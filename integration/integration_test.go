@@ -112,7 +112,7 @@ func TestPoisonMessageIsKeptDeadOthersFlowAndItCanBeRetried(t *testing.T) {
 	require.Len(t, dead, 1)
 	require.Equal(t, "flaky", dead[0].Handler)
 	require.Equal(t, integration.DefaultMaxAttempts, dead[0].Attempts)
-	require.Equal(t, "poisoned", dead[0].LastError)
+	require.Equal(t, "internal_error: handler flaky: poisoned", dead[0].LastError, "the code first, then the handler")
 	require.Equal(t, alice.User.TenantID, dead[0].Message.TenantID)
 
 	id := dead[0].Message.ID

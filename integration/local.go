@@ -12,8 +12,8 @@ import (
 // deliverLocally is the in-process transport: it runs the app's handlers on
 // each message in order, retrying a failing handler with backoff up to
 // MaxAttempts in all, then keeping the message as dead for that handler. A
-// message of a contract version the app does not know is kept dead at
-// once. It returns an error only when a message could not be settled
+// message of a contract version the app does not know, or one that breaks
+// its contract, is kept dead at once. It returns an error only when a message could not be settled
 // either way (the context ended, the database failed): the relay then
 // tries the batch again, and the inbox skips what was handled.
 func (s *Service) deliverLocally(ctx context.Context, msgs []feature.Message) error {
@@ -32,7 +32,7 @@ func (s *Service) settle(ctx context.Context, m feature.Message) error {
 	pause := s.cfg.RetryBackoff
 	failed := s.handle(withAttempt(ctx, 1), m, "")
 	attempts := 1
-	for ; len(failed) > 0 && attempts < s.cfg.MaxAttempts && !anyUnknownVersion(failed); attempts++ {
+	for ; len(failed) > 0 && attempts < s.cfg.MaxAttempts && !anyFinal(failed); attempts++ {
 		if err := wait(ctx, pause); err != nil {
 			return err
 		}
@@ -61,9 +61,9 @@ func (s *Service) settle(ctx context.Context, m feature.Message) error {
 	return nil
 }
 
-func anyUnknownVersion(failed map[string]error) bool {
+func anyFinal(failed map[string]error) bool {
 	for _, err := range failed {
-		if unknownVersion(err) {
+		if final(err) {
 			return true
 		}
 	}
@@ -75,7 +75,8 @@ func (s *Service) putDead(ctx context.Context, m feature.Message, handler string
 	if err != nil {
 		return err
 	}
-	if _, err := s.store.Pool().Exec(ctx, s.sql.putDead, m.ID, handler, m.Type, m.TenantID, raw, attempts, cause.Error()); err != nil {
+	text := coded("handler "+handler, cause).Error()
+	if _, err := s.store.Pool().Exec(ctx, s.sql.putDead, m.ID, handler, m.Type, m.TenantID, raw, attempts, text); err != nil {
 		return fmt.Errorf("keep dead message %s: %w", m.ID, err)
 	}
 	s.metrics.dead.WithLabelValues(handler).Inc()

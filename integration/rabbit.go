@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/kumiko-go/kumiko/feature"
@@ -23,19 +25,8 @@ const (
 	DefaultExchange      = "kumiko.events"
 	DefaultMaxDeliveries = 5
 	DefaultPrefetch      = 16
-)
-
-// Message headers besides the AMQP properties (message_id = the message id,
-// type = the contract, timestamp = when it was published, correlation_id).
-const (
-	headerTenant    = "kumiko-tenant"
-	headerUser      = "kumiko-user"
-	headerCausation = "kumiko-causation"
-	headerVersion   = "kumiko-event-version"
-	// headerError and headerDeadAt are set on a message the app keeps dead
-	// at once (a contract version it does not know): why, and when.
-	headerError  = "kumiko-error"
-	headerDeadAt = "kumiko-dead-at"
+	// DefaultMaxRetryBackoff caps the wait before a redelivery.
+	DefaultMaxRetryBackoff = time.Minute
 )
 
 // RabbitConfig configures the RabbitMQ transport. Zero values take the
@@ -54,6 +45,15 @@ type RabbitConfig struct {
 	// MaxDeliveries is how often a message is delivered before it moves to
 	// <Queue>.dead; default 5.
 	MaxDeliveries int
+	// RetryBackoff is how long a message whose handling failed waits in the
+	// broker before it is delivered again, doubling after each further
+	// failure up to MaxRetryBackoff, each wait lengthened by a random part
+	// of up to a fifth (jitter); default DefaultRetryBackoff (100ms). The
+	// message waits in a queue <Queue>.retry.<wait> of its own, never in a
+	// process's memory.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the wait; default DefaultMaxRetryBackoff (1m).
+	MaxRetryBackoff time.Duration
 	// Prefetch is the most unacknowledged messages one instance works on
 	// at once; default 16.
 	Prefetch int
@@ -100,6 +100,13 @@ func NewRabbit(cfg RabbitConfig) (*Rabbit, error) {
 	if cfg.Prefetch <= 0 {
 		cfg.Prefetch = DefaultPrefetch
 	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.MaxRetryBackoff <= 0 {
+		cfg.MaxRetryBackoff = DefaultMaxRetryBackoff
+	}
+	cfg.MaxRetryBackoff = max(cfg.MaxRetryBackoff, cfg.RetryBackoff)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -172,71 +179,6 @@ func (r *Rabbit) declareExchange(ch *amqp.Channel) error {
 	return ch.ExchangeDeclare(r.cfg.Exchange, amqp.ExchangeDirect, true, false, false, false, nil)
 }
 
-// publishing is the AMQP message of m.
-func publishing(m feature.Message) amqp.Publishing {
-	h := amqp.Table{
-		headerTenant:  m.TenantID.String(),
-		headerVersion: int32(m.Version),
-	}
-	if m.UserID != "" {
-		h[headerUser] = m.UserID
-	}
-	if m.CausationID != "" {
-		h[headerCausation] = m.CausationID
-	}
-	for k, v := range m.Headers {
-		if _, taken := h[k]; !taken {
-			h[k] = v
-		}
-	}
-	return amqp.Publishing{
-		Headers: h, ContentType: "application/json", DeliveryMode: amqp.Persistent,
-		CorrelationId: m.CorrelationID, MessageId: m.ID.String(), Timestamp: m.PublishedAt,
-		Type: m.Type, Body: m.Payload,
-	}
-}
-
-// message is the feature.Message of a delivery.
-func message(d amqp.Delivery) (feature.Message, error) {
-	id, err := uuid.Parse(d.MessageId)
-	if err != nil {
-		return feature.Message{}, fmt.Errorf("message id %q: %w", d.MessageId, err)
-	}
-	m := feature.Message{ID: id, Type: d.Type, Payload: d.Body, CorrelationID: d.CorrelationId, PublishedAt: d.Timestamp}
-	if m.Type == "" {
-		m.Type = d.RoutingKey
-	}
-	tenant, _ := d.Headers[headerTenant].(string)
-	if m.TenantID, err = uuid.Parse(tenant); err != nil {
-		return feature.Message{}, fmt.Errorf("message %s: tenant %q: %w", id, tenant, err)
-	}
-	m.UserID, _ = d.Headers[headerUser].(string)
-	m.CausationID, _ = d.Headers[headerCausation].(string)
-	switch v := d.Headers[headerVersion].(type) {
-	case int32:
-		m.Version = int(v)
-	case int64:
-		m.Version = int(v)
-	case string:
-		m.Version, _ = strconv.Atoi(v)
-	}
-	for k, v := range d.Headers {
-		s, ok := v.(string)
-		switch {
-		case k == headerTenant, k == headerUser, k == headerCausation, k == headerVersion, k == headerError, k == headerDeadAt,
-			strings.HasPrefix(k, "x-"):
-			continue // ours, or the broker's (x-delivery-count, x-death, …)
-		}
-		if ok {
-			if m.Headers == nil {
-				m.Headers = map[string]string{}
-			}
-			m.Headers[k] = s
-		}
-	}
-	return m, nil
-}
-
 // Start declares the exchange, the app's quorum queue with its dead-letter
 // queue and bindings for types, then consumes it until Stop, reconnecting
 // whenever the connection or channel is lost. With no types it only
@@ -307,6 +249,11 @@ func (r *Rabbit) declare(ch *amqp.Channel, types []string) error {
 	}
 	if _, err := ch.QueueDeclare(r.cfg.Queue, true, false, false, false, args); err != nil {
 		return err
+	}
+	for _, q := range r.retryQueues() {
+		if err := r.declareRetryQueue(ch, q); err != nil {
+			return err
+		}
 	}
 	for _, t := range types {
 		if err := ch.QueueBind(r.cfg.Queue, t, r.cfg.Exchange, false, nil); err != nil {
@@ -435,70 +382,133 @@ func (r *Rabbit) consume(ctx, work context.Context, conn *amqp.Connection, ch *a
 	}
 }
 
-// deliver handles one delivery: ack on success, a return to the queue
-// otherwise (the broker counts it and dead-letters at MaxDeliveries). A
-// message of a contract version the app does not know goes to <Queue>.dead
-// at once, with the error.
+// deliver handles one delivery: ack on success. A failed one is sent to
+// wait in the broker (see RabbitConfig.RetryBackoff) and acked, and after
+// MaxDeliveries it is kept dead in <Queue>.dead with its last error. A
+// message that breaks the wire format or its contract, or one of a
+// contract version the app does not know, is kept dead at once. When the
+// message cannot be settled either way, it goes back to the queue (the
+// broker counts it and dead-letters it at MaxDeliveries).
 func (r *Rabbit) deliver(ctx context.Context, d amqp.Delivery, handle func(context.Context, feature.Message) error) {
+	attempt := failedDeliveries(d) + 1
 	m, err := message(d)
 	if err != nil {
-		r.cfg.Logger.Warn("rabbitmq: unreadable message; dead-lettering it", "queue", r.cfg.Queue, "err", err)
-		_ = d.Nack(false, false)
-		return
+		err = invalid(fmt.Sprintf("message %s of %s", m.ID, m.Type), err)
+	} else {
+		err = handle(withAttempt(ctx, attempt), m)
 	}
-	attempt := deliveryCount(d) + 1
-	err = handle(withAttempt(ctx, attempt), m)
+	log := r.cfg.Logger.With("queue", r.cfg.Queue, "message_id", m.ID, "type", m.Type, "attempt", attempt)
+	var settle error
 	switch {
 	case err == nil:
 		_ = d.Ack(false)
-	case unknownVersion(err):
-		r.cfg.Logger.Warn("rabbitmq: a contract version the app does not know; the message is kept dead", "queue", r.cfg.Queue,
-			"dead_queue", r.DeadQueue(), "message_id", m.ID, "type", m.Type, "version", m.Version, "err", err)
-		if derr := r.keepDead(ctx, d, err); derr != nil {
-			r.cfg.Logger.Warn("rabbitmq: keeping the message dead failed; it goes back", "queue", r.cfg.Queue, "message_id", m.ID, "err", derr)
-			_ = d.Nack(false, true)
-			return
-		}
-		_ = d.Ack(false)
+		return
+	case ctx.Err() != nil:
+		settle = ctx.Err() // the stop gave up on it: not the handler's failure
+	case final(err) || attempt >= r.cfg.MaxDeliveries:
+		log.Warn("rabbitmq: the message is kept dead", "dead_queue", r.DeadQueue(), "err", err)
+		settle = r.keepDead(ctx, d, err, attempt)
 	default:
-		r.cfg.Logger.Warn("rabbitmq: handling failed; the message goes back", "queue", r.cfg.Queue,
-			"message_id", m.ID, "type", m.Type, "attempt", attempt, "err", err)
-		_ = d.Nack(false, true)
+		wait := r.backoff(attempt)
+		log.Warn("rabbitmq: handling failed; the message is delivered again later", "wait", wait, "err", err)
+		settle = r.retryLater(ctx, d, err, attempt, wait)
 	}
+	if settle != nil {
+		if ctx.Err() == nil {
+			log.Warn("rabbitmq: settling the message failed; it goes back to the queue", "err", settle)
+		}
+		_ = d.Nack(false, true)
+		return
+	}
+	_ = d.Ack(false)
 }
 
-// deliveryCount is how often the broker delivered d before (quorum
-// queues count returns in x-delivery-count).
-func deliveryCount(d amqp.Delivery) int {
-	switch v := d.Headers["x-delivery-count"].(type) {
-	case int64:
-		return int(v)
-	case int32:
-		return int(v)
-	case int:
-		return v
-	}
-	if d.Redelivered {
+// failedDeliveries is how often d was delivered before: the failures the
+// app recorded (kumiko-attempts) plus the broker's returns since (quorum
+// queues count them in x-delivery-count).
+func failedDeliveries(d amqp.Delivery) int {
+	n := count(d.Headers[headerAttempts]) + count(d.Headers["x-delivery-count"])
+	if n == 0 && d.Redelivered {
 		return 1
 	}
-	return 0
+	return n
 }
 
-// keepDead puts d into <Queue>.dead with cause in its headers, through the
-// default exchange, and waits for the broker's confirm; the caller then
-// acks d.
-func (r *Rabbit) keepDead(ctx context.Context, d amqp.Delivery, cause error) error {
+// backoff is the wait after the attempt-th failed delivery: RetryBackoff,
+// doubling, at most MaxRetryBackoff.
+func (r *Rabbit) backoff(attempt int) time.Duration {
+	d := r.cfg.RetryBackoff
+	for i := 1; i < attempt && d < r.cfg.MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.MaxRetryBackoff)
+}
+
+// retryQueues are the queues failed messages wait in, one per distinct
+// wait of the deliveries 1 to MaxDeliveries-1.
+func (r *Rabbit) retryQueues() []string {
+	var out []string
+	for a := 1; a < r.cfg.MaxDeliveries; a++ {
+		if q := r.retryQueue(r.backoff(a)); !slices.Contains(out, q) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// retryQueue is where a message waits for wait: <Queue>.retry.<wait>.
+func (r *Rabbit) retryQueue(wait time.Duration) string {
+	return r.cfg.Queue + ".retry." + wait.String()
+}
+
+// declareRetryQueue declares a durable queue without consumers whose
+// messages, when their expiration passes, the broker dead-letters back
+// into the app's queue.
+func (r *Rabbit) declareRetryQueue(ch *amqp.Channel, name string) error {
+	_, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeClassic,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": r.cfg.Queue,
+	})
+	return err
+}
+
+// retryLater sends d to wait in its retry queue for wait plus jitter, with
+// the failures so far and the error in its headers, and waits for the
+// broker's confirm; the caller then acks d.
+func (r *Rabbit) retryLater(ctx context.Context, d amqp.Delivery, cause error, attempt int, wait time.Duration) error {
+	p := copyOf(d, cause, attempt)
+	wait += rand.N(wait/5 + 1)
+	p.Expiration = strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
+	return r.send(ctx, r.retryQueue(r.backoff(attempt)), p)
+}
+
+// keepDead puts d into <Queue>.dead with cause and the deliveries in its
+// headers, through the default exchange, and waits for the broker's
+// confirm; the caller then acks d.
+func (r *Rabbit) keepDead(ctx context.Context, d amqp.Delivery, cause error, attempt int) error {
+	p := copyOf(d, cause, attempt)
+	p.Headers[headerDeadAt] = time.Now().UTC()
+	return r.send(ctx, r.DeadQueue(), p)
+}
+
+// copyOf is d as published, without the broker's headers, with the
+// deliveries so far and the last error (none when cause is nil: a fresh
+// start).
+func copyOf(d amqp.Delivery, cause error, attempts int) amqp.Publishing {
 	h := amqp.Table{}
 	for k, v := range d.Headers {
-		if !strings.HasPrefix(k, "x-") {
+		if !strings.HasPrefix(k, "x-") && k != headerDeadAt && k != headerAttempts && k != headerError {
 			h[k] = v
 		}
 	}
-	h[headerError], h[headerDeadAt] = cause.Error(), time.Now().UTC()
-	return r.send(ctx, r.DeadQueue(), amqp.Publishing{
-		Headers: h, ContentType: d.ContentType, DeliveryMode: amqp.Persistent, CorrelationId: d.CorrelationId,
-		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, Body: d.Body,
-	})
+	if cause != nil {
+		h[headerAttempts], h[headerError] = int32(min(attempts, math.MaxInt32)), cause.Error()
+	}
+	return amqp.Publishing{
+		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent,
+		CorrelationId: d.CorrelationId, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: contractOf(d), Body: d.Body,
+	}
 }
 
 // Stop stops receiving at once and waits until ctx ends for the handlers

@@ -88,12 +88,7 @@ func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) (settled
 		if err != nil || !ok {
 			return err
 		}
-		dm := DeadMessage{Attempts: d.r.cfg.MaxDeliveries, LastError: fmt.Sprintf("failed %d deliveries", d.r.cfg.MaxDeliveries)}
-		if cause, ok := del.Headers[headerError].(string); ok {
-			dm.Attempts, dm.LastError = 1, cause // kept dead at once
-		}
-		dm.Message, _ = message(del) // an unreadable one lists with its zero message
-		dm.DeadAt, _ = deathTime(del)
+		dm := d.r.deadOf(del)
 		settled, err := fn(del, dm)
 		if !settled {
 			kept = append(kept, del)
@@ -119,6 +114,34 @@ func (d rabbitDead) walk(limit int, fn func(amqp.Delivery, DeadMessage) (settled
 		}
 	}
 	return nil
+}
+
+// deadOf is what a message in <Queue>.dead tells of itself: its id, type
+// and all else it could be read with, its deliveries and its last error.
+// The app keeps a message dead with both in its headers; one the broker
+// dead-lettered (delivered MaxDeliveries times without being settled: the
+// receiver stopped or lost its connection each time) has the failures the
+// app recorded before, if any.
+func (r *Rabbit) deadOf(del amqp.Delivery) DeadMessage {
+	var dm DeadMessage
+	dm.Message, _ = message(del) // one that breaks the wire format lists with what it has
+	if del.MessageId != dm.Message.ID.String() {
+		dm.RawID = del.MessageId
+	}
+	dm.DeadAt, _ = deathTime(del)
+	dm.Attempts = count(del.Headers[headerAttempts])
+	last, _ := text(del.Headers[headerError])
+	if _, kept := del.Headers[headerDeadAt]; kept {
+		dm.LastError = last
+		return dm
+	}
+	dm.Attempts += r.cfg.MaxDeliveries
+	dm.LastError = fmt.Sprintf("%s: delivered %d times without being settled (the receiver stopped or lost its connection each time)",
+		codeInternal, r.cfg.MaxDeliveries)
+	if last != "" {
+		dm.LastError += "; the failure before: " + last
+	}
+	return dm
 }
 
 // deathTime is when the broker dead-lettered d, or the app kept it dead.
@@ -152,7 +175,7 @@ func (d rabbitDead) Retry(ctx context.Context, id uuid.UUID, _ string) error {
 		}
 		found = true
 		// Back into the app's queue, as a new message with a fresh count.
-		if err := d.r.republish(ctx, dm); err != nil {
+		if err := d.r.republish(ctx, del); err != nil {
 			return false, err
 		}
 		return true, del.Ack(false)
@@ -178,10 +201,12 @@ func (d rabbitDead) Drop(_ context.Context, id uuid.UUID, _ string) (int64, erro
 	return n, err
 }
 
-// republish sends a dead message straight to the app's queue (through the
-// default exchange) and waits for the broker's confirm.
-func (r *Rabbit) republish(ctx context.Context, dm DeadMessage) error {
-	return r.send(ctx, r.cfg.Queue, publishing(dm.Message))
+// republish sends a dead message, as it was published, straight to the
+// app's queue (through the default exchange) with no deliveries counted,
+// and waits for the broker's confirm.
+func (r *Rabbit) republish(ctx context.Context, del amqp.Delivery) error {
+	p := copyOf(del, nil, 0)
+	return r.send(ctx, r.cfg.Queue, p)
 }
 
 // send publishes p to the queue through the default exchange and waits

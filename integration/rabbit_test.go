@@ -161,6 +161,12 @@ func newBroker(t *testing.T, url string) broker {
 		for _, app := range []string{"billing", "audit", "orders"} {
 			_, _ = ch.QueueDelete(prefix+"-"+app, false, false, false)
 			_, _ = ch.QueueDelete(prefix+"-"+app+".dead", false, false, false)
+			for d := 50 * time.Millisecond; d <= time.Minute; d *= 2 {
+				_, _ = ch.QueueDelete(prefix+"-"+app+".retry."+d.String(), false, false, false)
+			}
+			for d := 100 * time.Millisecond; d <= time.Minute; d *= 2 {
+				_, _ = ch.QueueDelete(prefix+"-"+app+".retry."+d.String(), false, false, false)
+			}
 		}
 		_ = ch.ExchangeDelete(br.exchange, false, false)
 	})

@@ -39,9 +39,9 @@ func (o *ops) integrationCmd() *cobra.Command {
 					return nil
 				}
 				w := newTable(out)
-				fmt.Fprintln(w, "MESSAGE\tTYPE\tHANDLER\tTENANT\tATTEMPTS\tDEAD AT\tLAST ERROR\tPAYLOAD")
+				fmt.Fprintln(w, "MESSAGE\tSENT AS\tTYPE\tHANDLER\tTENANT\tATTEMPTS\tDEAD AT\tLAST ERROR\tPAYLOAD")
 				for _, m := range msgs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.Message.ID, m.Message.Type, orDash(m.Handler),
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.Message.ID, orDash(m.RawID), m.Message.Type, orDash(m.Handler),
 						m.Message.TenantID, m.Attempts, m.DeadAt.Format(time.RFC3339), oneLine(m.LastError), compact(m.Message.Payload))
 				}
 				return w.Flush()
@@ -53,7 +53,9 @@ func (o *ops) integrationCmd() *cobra.Command {
 	var handler string
 	op := func(use, short, done string, fn func(ctx context.Context, d integration.DeadLetters, args []string) error) *cobra.Command {
 		cmd := &cobra.Command{
-			Use:   use + " <message-id>",
+			Use: use + " <message-id>",
+			Long: short + ". <message-id> is the MESSAGE column of `integration dead list`, or the id the message was sent with " +
+				"(SENT AS) when that is not a UUID.",
 			Short: short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,18 +73,10 @@ func (o *ops) integrationCmd() *cobra.Command {
 	}
 	dead.AddCommand(list,
 		op("retry", "Hand a dead message to its handlers once more", "retried", func(ctx context.Context, d integration.DeadLetters, args []string) error {
-			id, err := parseID(args[0])
-			if err != nil {
-				return err
-			}
-			return d.Retry(ctx, id, handler)
+			return d.Retry(ctx, integration.MessageID(args[0]), handler)
 		}),
 		op("drop", "Delete a dead message for good", "dropped", func(ctx context.Context, d integration.DeadLetters, args []string) error {
-			id, err := parseID(args[0])
-			if err != nil {
-				return err
-			}
-			_, err = d.Drop(ctx, id, handler)
+			_, err := d.Drop(ctx, integration.MessageID(args[0]), handler)
 			return err
 		}),
 	)
