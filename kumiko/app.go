@@ -168,13 +168,14 @@ func (a *App) wire() error {
 	if cfg.RabbitMQURL != "" {
 		if a.transport, err = integration.NewRabbit(integration.RabbitConfig{
 			URL: cfg.RabbitMQURL, Queue: cfg.Name, Logger: cfg.Logger,
+			RetryBackoff: cfg.IntegrationRetryBackoff, MaxRetryBackoff: cfg.IntegrationMaxRetryBackoff,
 		}); err != nil {
 			return err
 		}
 	}
 	if p.Integration, err = integration.New(p.Executor, p.Store, integration.Config{
 		Transport: a.transport, Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider,
-		InboxRetention: cfg.InboxRetention,
+		InboxRetention: cfg.InboxRetention, RetryBackoff: cfg.IntegrationRetryBackoff,
 	}); err != nil {
 		return err
 	}

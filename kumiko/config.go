@@ -72,6 +72,13 @@ type Config struct {
 	// receives on a quorum queue called Name. Empty: they are delivered in
 	// this process, to the app's own handlers.
 	RabbitMQURL string
+	// IntegrationRetryBackoff is how long a message whose handling failed
+	// waits before it is delivered again, doubling after each failure up to
+	// IntegrationMaxRetryBackoff (integration.RabbitConfig.RetryBackoff;
+	// in process integration.Config.RetryBackoff). Default 100ms.
+	IntegrationRetryBackoff time.Duration
+	// IntegrationMaxRetryBackoff caps that wait over RabbitMQ; default 1m.
+	IntegrationMaxRetryBackoff time.Duration
 	// IdempotencyFailOpen lets keyed writes run without idempotency while
 	// Redis is down instead of answering 503.
 	IdempotencyFailOpen bool
@@ -368,7 +375,8 @@ func (c Config) validate() error {
 // KUMIKO_JWKS_URL, KUMIKO_OIDC_ISSUER, KUMIKO_CORS_ORIGINS (comma-separated),
 // KUMIKO_ADMIN_ROLE, KUMIKO_OPERATOR_ROLE, KUMIKO_ADDR, KUMIKO_METRICS_ADDR,
 // KUMIKO_SCHEMA, KUMIKO_INSTANCE_ID, KUMIKO_TRACE_DATABASE (true or 1:
-// TraceDatabase), KUMIKO_SHUTDOWN_TIMEOUT, KUMIKO_JOB_RESCUE_AFTER and
+// TraceDatabase), KUMIKO_SHUTDOWN_TIMEOUT, KUMIKO_JOB_RESCUE_AFTER,
+// KUMIKO_INTEGRATION_RETRY_BACKOFF, KUMIKO_INTEGRATION_MAX_RETRY_BACKOFF and
 // KUMIKO_REDIS_TIMEOUT (Go durations such as 30s; one that does not parse
 // fails New). Only Main and the commands call it; the library never reads
 // the environment.
@@ -417,5 +425,7 @@ func (c Config) FromEnv() Config {
 	duration(&c.ShutdownTimeout, "KUMIKO_SHUTDOWN_TIMEOUT")
 	duration(&c.JobRescueAfter, "KUMIKO_JOB_RESCUE_AFTER")
 	duration(&c.RedisTimeout, "KUMIKO_REDIS_TIMEOUT")
+	duration(&c.IntegrationRetryBackoff, "KUMIKO_INTEGRATION_RETRY_BACKOFF")
+	duration(&c.IntegrationMaxRetryBackoff, "KUMIKO_INTEGRATION_MAX_RETRY_BACKOFF")
 	return c
 }

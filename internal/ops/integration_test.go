@@ -74,7 +74,7 @@ func TestIntegrationDeadCommands(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &dead))
 	require.Len(t, dead, 2)
 	require.Equal(t, "file-note", dead[0].Handler)
-	require.Equal(t, "the filing cabinet is locked", dead[0].LastError)
+	require.Equal(t, "internal_error: handler file-note: the filing cabinet is locked", dead[0].LastError)
 
 	out, err = cli("integration", "dead", "list")
 	require.NoError(t, err)
