@@ -15,15 +15,23 @@ import (
 	"github.com/kumiko-go/kumiko/integration"
 )
 
+// channel opens a channel on a connection of its own, closed when the
+// test ends.
+func (b broker) channel(t *testing.T) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(b.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	return ch
+}
+
 // sendRaw publishes p to the test's exchange as a foreign publisher would,
 // with publisher confirms.
 func (b broker) sendRaw(t *testing.T, routingKey string, p amqp.Publishing) {
 	t.Helper()
-	conn, err := amqp.Dial(b.url)
-	require.NoError(t, err)
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
+	ch := b.channel(t)
 	require.NoError(t, ch.Confirm(false))
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, b.exchange, routingKey, false, false, p)
 	require.NoError(t, err)
@@ -35,12 +43,7 @@ func (b broker) sendRaw(t *testing.T, routingKey string, p amqp.Publishing) {
 // depth is how many messages the broker holds in queue.
 func (b broker) depth(t *testing.T, queue string) int {
 	t.Helper()
-	conn, err := amqp.Dial(b.url)
-	require.NoError(t, err)
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	q, err := b.channel(t).QueueDeclarePassive(queue, true, false, false, false, nil)
 	require.NoError(t, err, queue)
 	return q.Messages
 }
