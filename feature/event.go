@@ -52,7 +52,8 @@ func Decode[T any](e Event) (T, error) {
 	return v, nil
 }
 
-// EventOption configures an event definition; see [EventVersion].
+// EventOption configures an event definition; see [EventVersion] and
+// [MessageKey].
 type EventOption struct {
 	apply func(*spec.Event)
 }
@@ -62,4 +63,15 @@ type EventOption struct {
 // event's migrations, one per version step.
 func EventVersion(n int) EventOption {
 	return EventOption{func(d *spec.Event) { d.Version = n }}
+}
+
+// MessageKey names the payload field (its JSON name, at the top level)
+// whose value is the ordering key of an integration event's messages: the
+// messages of one key reach a handler declared with [Ordered] in publish
+// order. Without it a message's key is the stream the publishing
+// transaction last appended to, or the stream of the event a multi-stream
+// projection reacts to. It is an option of [Registrar.IntegrationEvent]
+// only.
+func MessageKey(field string) EventOption {
+	return EventOption{func(d *spec.Event) { d.Key = field }}
 }

@@ -190,6 +190,9 @@ func (r *Registrar) DefineEvent(name string, payload any, opts ...EventOption) {
 		}
 		o.apply(&def)
 	}
+	if def.Key != "" {
+		r.problem(item("event", name), "MessageKey is an option of integration events (r.IntegrationEvent) only")
+	}
 	r.record(item("event", name), func(d *spec.Definitions) { d.Events = append(d.Events, def) })
 }
 

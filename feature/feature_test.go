@@ -166,12 +166,16 @@ func TestDefineRecordsMistakesInsteadOfPanicking(t *testing.T) {
 		f := feature.Define("x", func(r *feature.Registrar) {
 			r.Entity("e", feature.Fields{"title": nil}, feature.EntityOption{})
 			r.DefineEvent("e.done", struct{}{}, feature.EventOption{})
+			r.DefineEvent("e.keyed", struct{}{}, feature.MessageKey("id"))
+			r.OnIntegrationEvent("e.sent", "h", nil, feature.IntegrationOption{})
 		})
 		ps := problems(f)
-		require.Len(t, ps, 3)
+		require.Len(t, ps, 5)
 		require.Contains(t, ps[0], `entity "e" field "title": field is nil`)
 		require.Contains(t, ps[1], `entity "e": zero EntityOption`)
 		require.Contains(t, ps[2], `event "e.done": zero EventOption`)
+		require.Contains(t, ps[3], `event "e.keyed": MessageKey is an option of integration events`)
+		require.Contains(t, ps[4], `integration handler "h": zero IntegrationOption`)
 	})
 }
 

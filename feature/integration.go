@@ -46,15 +46,41 @@ func (r *Registrar) IntegrationEvent(name string, payload any, opts ...EventOpti
 // retried; it never holds back the other handlers of the message.
 // handlerName is lowercase (letters, digits, '-', '_', '.') and unique among
 // the app's integration handlers: renaming it runs it again for messages
-// still in flight.
-func (r *Registrar) OnIntegrationEvent(event, handlerName string, handler func(ctx CommandContext, m Message) error) {
+// still in flight. With [Ordered] it handles the messages of one key in
+// publish order.
+func (r *Registrar) OnIntegrationEvent(event, handlerName string, handler func(ctx CommandContext, m Message) error, opts ...IntegrationOption) {
 	def := spec.IntegrationHandler{Event: event, Name: handlerName}
 	if handler != nil {
 		def.Handle = handler
 	}
+	for _, o := range opts {
+		if o.apply == nil {
+			r.problem(item("integration handler", handlerName), "zero IntegrationOption; use the feature option constructors")
+			continue
+		}
+		o.apply(&def)
+	}
 	r.record(item("integration handler", handlerName), func(d *spec.Definitions) {
 		d.IntegrationHandlers = append(d.IntegrationHandlers, def)
 	})
+}
+
+// IntegrationOption configures an integration handler; see [Ordered].
+type IntegrationOption struct {
+	apply func(*spec.IntegrationHandler)
+}
+
+// Ordered makes an integration handler handle the messages of one key (see
+// [MessageKey]; by default the publishing stream) in publish order, across
+// the app's instances, while the messages of other keys run in parallel. A
+// failing message holds back the later messages of its key, and only
+// those, until it is handled or kept dead; a message kept dead no longer
+// holds its key back. Over RabbitMQ the app's ordered handlers share a
+// queue of their own (<queue>.ordered) that one instance at a time
+// consumes (the others stand by to take over); see
+// docs/integration-events.md#ordered-handling.
+func Ordered() IntegrationOption {
+	return IntegrationOption{func(d *spec.IntegrationHandler) { d.Ordered = true }}
 }
 
 // Message is an integration event as a handler receives it.
@@ -79,6 +105,11 @@ type Message struct {
 	// CausationID is what the publisher reacted to, when it did: an event
 	// id, or another message's id.
 	CausationID string `json:"causationId,omitempty"`
+	// Key orders the messages for handlers declared with [Ordered]: the
+	// value of the contract's [MessageKey] field, else the stream the
+	// publisher wrote to; "" when there is none (the message is ordered
+	// with no other).
+	Key string `json:"key,omitempty"`
 	// Headers are the publishing request's event headers (trace context
 	// among them).
 	Headers map[string]string `json:"headers,omitempty"`

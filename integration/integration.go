@@ -197,23 +197,41 @@ func (s *Service) relay(ctx context.Context, _ pgx.Tx, evs []eventstore.Event) e
 
 // messageOf is the message a published event carries.
 func messageOf(ev eventstore.Event) feature.Message {
-	return feature.Message{
+	m := feature.Message{
 		ID: ev.AggregateID, Type: ev.Type, Version: ev.EventVersion, Payload: ev.Payload,
 		TenantID: ev.TenantID, UserID: ev.Metadata.UserID, CorrelationID: ev.Metadata.CorrelationID,
 		CausationID: ev.Metadata.CausationID, Headers: ev.Metadata.Headers, PublishedAt: ev.CreatedAt,
 	}
+	if key, ok := m.Headers[pipeline.MessageKeyHeader]; ok {
+		m.Key, m.Headers = key, maps.Clone(m.Headers)
+		delete(m.Headers, pipeline.MessageKeyHeader)
+		if len(m.Headers) == 0 {
+			m.Headers = nil
+		}
+	}
+	return m
 }
 
-// types are the contracts the app has handlers for, which a transport
-// subscribes to.
-func (s *Service) types() []string {
+// types are the contracts the app has handlers for that pick picks,
+// which a transport subscribes to.
+func (s *Service) types(pick picker) []string {
 	var out []string
 	for _, c := range s.exec.Registry().Contracts() {
-		if len(s.handlers[c.Name]) > 0 {
+		if slices.ContainsFunc(s.handlers[c.Name], pick) {
 			out = append(out, c.Name)
 		}
 	}
 	return out
+}
+
+// key is the ordering key of m: the one it came with, else its contract's
+// key field (see feature.MessageKey).
+func (s *Service) key(m feature.Message) string {
+	if m.Key != "" {
+		return m.Key
+	}
+	c, _ := s.exec.Registry().Contract(m.Type)
+	return c.KeyOf(m.Payload)
 }
 
 // Start starts receiving through the transport and, when the app has
@@ -243,12 +261,39 @@ func (s *Service) startTransport(ctx context.Context) error {
 	if s.cfg.Transport == nil {
 		return nil
 	}
-	types := s.types()
 	r, ok := s.cfg.Transport.(*Rabbit)
 	if !ok {
-		return s.cfg.Transport.Start(ctx, types, s.Handle)
+		return s.cfg.Transport.Start(ctx, s.types(every), s.Handle)
 	}
-	rows, err := s.store.Pool().Query(ctx, s.sql.bindings, r.cfg.Queue, r.cfg.Exchange)
+	rs := routes{
+		{queue: r.cfg.Queue, types: s.types(orderedOnly(false)), handle: s.handling(orderedOnly(false))},
+		{queue: r.OrderedQueue(), types: s.types(orderedOnly(true)), handle: s.handling(orderedOnly(true)), key: s.key},
+	}
+	for _, rt := range rs {
+		if err := s.unbindStale(ctx, r, rt); err != nil {
+			return err
+		}
+	}
+	if err := r.start(ctx, rs); err != nil {
+		return err
+	}
+	return s.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		for _, rt := range rs {
+			if _, err := tx.Exec(ctx, s.sql.clearBindings, rt.queue, r.cfg.Exchange); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.sql.addBinding, rt.queue, r.cfg.Exchange, rt.types); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// unbindStale unbinds the route's queue from the contracts its previous
+// start bound and the app no longer routes to it.
+func (s *Service) unbindStale(ctx context.Context, r *Rabbit, rt route) error {
+	rows, err := s.store.Pool().Query(ctx, s.sql.bindings, rt.queue, r.cfg.Exchange)
 	if err != nil {
 		return fmt.Errorf("integration: bindings: %w", err)
 	}
@@ -258,23 +303,14 @@ func (s *Service) startTransport(ctx context.Context) error {
 	}
 	var stale []string
 	for _, t := range bound {
-		if !slices.Contains(types, t) {
+		if !slices.Contains(rt.types, t) {
 			stale = append(stale, t)
 		}
 	}
-	if err := r.unbind(stale); err != nil {
-		return fmt.Errorf("rabbitmq: unbind %v: %w", stale, err)
+	if err := r.unbind(rt.queue, stale); err != nil {
+		return fmt.Errorf("rabbitmq: unbind %s from %v: %w", rt.queue, stale, err)
 	}
-	if err := r.Start(ctx, types, s.Handle); err != nil {
-		return err
-	}
-	return s.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.sql.clearBindings, r.cfg.Queue, r.cfg.Exchange); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, s.sql.addBinding, r.cfg.Queue, r.cfg.Exchange, types)
-		return err
-	})
+	return nil
 }
 
 // Stop stops the inbox sweep and the transport (see Rabbit.Stop), then
@@ -311,15 +347,40 @@ func (s *Service) Stop(ctx context.Context) error {
 // event_schema_unknown_version, or the code of the handler's error
 // (internal_error when it has none) followed by "handler <name>:".
 func (s *Service) Handle(ctx context.Context, m feature.Message) error {
-	if len(s.handlers[m.Type]) == 0 {
+	return s.handleAll(ctx, m, every)
+}
+
+// picker picks integration handlers: every one, the one of a name, the
+// ordered or the other ones.
+type picker func(registry.IntegrationHandler) bool
+
+func every(registry.IntegrationHandler) bool { return true }
+
+func named(name string) picker {
+	return func(h registry.IntegrationHandler) bool { return name == "" || h.Name == name }
+}
+
+func orderedOnly(ordered bool) picker {
+	return func(h registry.IntegrationHandler) bool { return h.Ordered == ordered }
+}
+
+// handling is Handle for the handlers pick picks: what the queue of the
+// ordered handlers, or the app's queue for the others, runs.
+func (s *Service) handling(pick picker) func(context.Context, feature.Message) error {
+	return func(ctx context.Context, m feature.Message) error { return s.handleAll(ctx, m, pick) }
+}
+
+// handleAll is Handle for the handlers pick picks.
+func (s *Service) handleAll(ctx context.Context, m feature.Message, pick picker) error {
+	if !slices.ContainsFunc(s.handlers[m.Type], pick) {
 		return nil
 	}
 	current, err := s.prepare(m)
 	if err != nil {
-		s.countFailed(m.Type, "")
+		s.countFailed(m.Type, pick)
 		return err
 	}
-	failed := s.run(ctx, current, "")
+	failed := s.run(ctx, current, pick)
 	errs := make([]error, 0, len(failed))
 	for _, name := range slices.Sorted(maps.Keys(failed)) {
 		errs = append(errs, coded("handler "+name, failed[name]))
@@ -331,36 +392,37 @@ func (s *Service) Handle(ctx context.Context, m feature.Message) error {
 // returns the failures by handler: when m cannot be prepared (see
 // Handle), that failure for each of them.
 func (s *Service) handle(ctx context.Context, m feature.Message, only string) map[string]error {
+	pick := named(only)
 	current, err := s.prepare(m)
 	if err == nil {
-		return s.run(ctx, current, only)
+		return s.run(ctx, current, pick)
 	}
 	failed := map[string]error{}
 	for _, h := range s.handlers[m.Type] {
-		if only == "" || h.Name == only {
+		if pick(h) {
 			failed[h.Name] = err
 		}
 	}
-	s.countFailed(m.Type, only)
+	s.countFailed(m.Type, pick)
 	return failed
 }
 
-// countFailed counts a failed attempt of the handlers of typ (only the one
-// called only, when set) that never ran.
-func (s *Service) countFailed(typ, only string) {
+// countFailed counts a failed attempt of the handlers of typ that pick
+// picks, which never ran.
+func (s *Service) countFailed(typ string, pick picker) {
 	for _, h := range s.handlers[typ] {
-		if only == "" || h.Name == only {
+		if pick(h) {
 			s.metrics.failed.WithLabelValues(h.Name).Inc()
 		}
 	}
 }
 
-// run runs the handlers of m, already prepared (only the one called only,
-// when set), and returns the failures by handler.
-func (s *Service) run(ctx context.Context, m feature.Message, only string) map[string]error {
+// run runs the handlers of m, already prepared, that pick picks, and
+// returns the failures by handler.
+func (s *Service) run(ctx context.Context, m feature.Message, pick picker) map[string]error {
 	var failed map[string]error
 	for _, h := range s.handlers[m.Type] {
-		if only != "" && h.Name != only {
+		if !pick(h) {
 			continue
 		}
 		ran, err := s.runHandler(ctx, h, m)

@@ -25,6 +25,8 @@ const (
 	DefaultExchange      = "kumiko.events"
 	DefaultMaxDeliveries = 5
 	DefaultPrefetch      = 16
+	// DefaultOrderedPrefetch is RabbitConfig.OrderedPrefetch's default.
+	DefaultOrderedPrefetch = 256
 	// DefaultMaxRetryBackoff caps the wait before a redelivery.
 	DefaultMaxRetryBackoff = time.Minute
 )
@@ -55,8 +57,14 @@ type RabbitConfig struct {
 	// MaxRetryBackoff caps the wait; default DefaultMaxRetryBackoff (1m).
 	MaxRetryBackoff time.Duration
 	// Prefetch is the most unacknowledged messages one instance works on
-	// at once; default 16.
+	// at once; default 16. It also bounds how many ordered messages (of
+	// different keys) run at once.
 	Prefetch int
+	// OrderedPrefetch is the most unacknowledged messages of the ordered
+	// queue (<Queue>.ordered, see feature.Ordered) the active instance
+	// holds: the window in which messages of other keys pass a key that
+	// waits for a failing message. Default DefaultOrderedPrefetch (256).
+	OrderedPrefetch int
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -100,6 +108,9 @@ func NewRabbit(cfg RabbitConfig) (*Rabbit, error) {
 	if cfg.Prefetch <= 0 {
 		cfg.Prefetch = DefaultPrefetch
 	}
+	if cfg.OrderedPrefetch <= 0 {
+		cfg.OrderedPrefetch = DefaultOrderedPrefetch
+	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
@@ -115,6 +126,36 @@ func NewRabbit(cfg RabbitConfig) (*Rabbit, error) {
 
 // DeadQueue is where messages go after MaxDeliveries: <Queue>.dead.
 func (r *Rabbit) DeadQueue() string { return r.cfg.Queue + ".dead" }
+
+// OrderedQueue is the queue of the app's ordered handlers (see
+// feature.Ordered): <Queue>.ordered, a single-active-consumer quorum queue.
+func (r *Rabbit) OrderedQueue() string { return r.cfg.Queue + ".ordered" }
+
+// route is what one of the app's queues receives and how: the contracts
+// bound to it and the handling of their messages.
+type route struct {
+	queue  string
+	types  []string
+	handle func(context.Context, feature.Message) error
+	// key, set on the ordered queue's route, is the ordering key of a
+	// message; messages of one key are handled one after the other, in
+	// the order the queue delivers them.
+	key func(feature.Message) string
+}
+
+// routes are the queues an app receives on: the app's queue for its
+// handlers, and the ordered queue for its ordered ones; a queue with no
+// contracts is left out.
+type routes []route
+
+func (rs routes) empty() bool {
+	for _, rt := range rs {
+		if len(rt.types) > 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // Publish sends msgs persistently to the exchange, routed by type, and
 // waits for the broker to confirm every one.
@@ -186,10 +227,15 @@ func (r *Rabbit) declareExchange(ch *amqp.Channel) error {
 // that is not there fails the app's start. ctx bounds only the start:
 // receiving, and the handlers' contexts, last until Stop.
 func (r *Rabbit) Start(ctx context.Context, types []string, handle func(context.Context, feature.Message) error) error {
-	if len(types) == 0 {
+	return r.start(ctx, routes{{queue: r.cfg.Queue, types: types, handle: handle}})
+}
+
+// start receives on rs (see Start).
+func (r *Rabbit) start(ctx context.Context, rs routes) error {
+	if rs.empty() {
 		return nil
 	}
-	conn, ch, err := r.openReceiver(types)
+	conn, chs, err := r.openReceiver(rs)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
 	}
@@ -205,33 +251,50 @@ func (r *Rabbit) Start(ctx context.Context, types []string, handle func(context.
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.receive(runCtx, workCtx, types, conn, ch, handle)
+		r.receive(runCtx, workCtx, rs, conn, chs)
 	}()
 	return nil
 }
 
-// openReceiver connects and declares the topology.
-func (r *Rabbit) openReceiver(types []string) (*amqp.Connection, *amqp.Channel, error) {
+// openReceiver connects, declares the topology and opens a channel for
+// each route (nil for one with no contracts).
+func (r *Rabbit) openReceiver(rs routes) (*amqp.Connection, []*amqp.Channel, error) {
 	conn, err := amqp.Dial(r.cfg.URL)
 	if err != nil {
 		return nil, nil, err
 	}
-	ch, err := conn.Channel()
-	if err == nil {
-		err = r.declare(ch, types)
-	}
-	if err == nil {
-		err = ch.Qos(r.cfg.Prefetch, 0, false)
+	chs := make([]*amqp.Channel, len(rs))
+	err = r.declare(conn, rs)
+	for i := 0; i < len(rs) && err == nil; i++ {
+		if len(rs[i].types) == 0 {
+			continue
+		}
+		if chs[i], err = conn.Channel(); err == nil {
+			err = chs[i].Qos(r.prefetch(rs[i]), 0, false)
+		}
 	}
 	if err != nil {
 		_ = conn.Close()
 		return nil, nil, err
 	}
-	return conn, ch, nil
+	return conn, chs, nil
 }
 
-// declare sets up the exchange, <Queue>.dead, the queue and its bindings.
-func (r *Rabbit) declare(ch *amqp.Channel, types []string) error {
+func (r *Rabbit) prefetch(rt route) int {
+	if rt.key != nil {
+		return r.cfg.OrderedPrefetch
+	}
+	return r.cfg.Prefetch
+}
+
+// declare sets up, on a channel of its own, the exchange, <Queue>.dead,
+// the retry queues, and each route's queue with its bindings.
+func (r *Rabbit) declare(conn *amqp.Connection, rs routes) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
 	if err := r.declareExchange(ch); err != nil {
 		return err
 	}
@@ -239,32 +302,45 @@ func (r *Rabbit) declare(ch *amqp.Channel, types []string) error {
 	if _, err := ch.QueueDeclare(r.DeadQueue(), true, false, false, false, quorum); err != nil {
 		return err
 	}
-	args := amqp.Table{
-		amqp.QueueTypeArg: amqp.QueueTypeQuorum,
-		// The broker counts returns: after MaxDeliveries-1 of them, the
-		// MaxDeliveries-th failure dead-letters the message.
-		"x-delivery-limit":          int32(r.cfg.MaxDeliveries - 1),
-		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": r.DeadQueue(),
-	}
-	if _, err := ch.QueueDeclare(r.cfg.Queue, true, false, false, false, args); err != nil {
-		return err
-	}
-	for _, q := range r.retryQueues() {
-		if err := r.declareRetryQueue(ch, q); err != nil {
+	for _, rt := range rs {
+		if len(rt.types) == 0 {
+			continue
+		}
+		args := amqp.Table{
+			amqp.QueueTypeArg: amqp.QueueTypeQuorum,
+			// The broker counts returns: after MaxDeliveries-1 of them, the
+			// MaxDeliveries-th failure dead-letters the message.
+			"x-delivery-limit":          int32(r.cfg.MaxDeliveries - 1),
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": r.DeadQueue(),
+		}
+		if rt.key != nil {
+			// One instance at a time consumes it, in queue order; the
+			// broker hands it to a standing-by one when that one goes.
+			args["x-single-active-consumer"] = true
+		}
+		if _, err := ch.QueueDeclare(rt.queue, true, false, false, false, args); err != nil {
 			return err
 		}
-	}
-	for _, t := range types {
-		if err := ch.QueueBind(r.cfg.Queue, t, r.cfg.Exchange, false, nil); err != nil {
-			return err
+		for _, q := range r.retryQueues() {
+			if rt.key != nil {
+				break // ordered messages wait in their queue, not in a retry queue
+			}
+			if err := r.declareRetryQueue(ch, q); err != nil {
+				return err
+			}
+		}
+		for _, t := range rt.types {
+			if err := ch.QueueBind(rt.queue, t, r.cfg.Exchange, false, nil); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// unbind removes the queue's bindings of types, on a connection of its own.
-func (r *Rabbit) unbind(types []string) error {
+// unbind removes queue's bindings of types, on a connection of its own.
+func (r *Rabbit) unbind(queue string, types []string) error {
 	if len(types) == 0 {
 		return nil
 	}
@@ -279,7 +355,7 @@ func (r *Rabbit) unbind(types []string) error {
 	}
 	for _, t := range types {
 		var aerr *amqp.Error
-		if err := ch.QueueUnbind(r.cfg.Queue, t, r.cfg.Exchange, nil); errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		if err := ch.QueueUnbind(queue, t, r.cfg.Exchange, nil); errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
 			return nil // the queue or exchange is gone, and its bindings with it
 		} else if err != nil {
 			return err
@@ -292,12 +368,12 @@ func (r *Rabbit) unbind(types []string) error {
 // handlers run on work. When ctx ends it leaves the connection open for
 // Stop, which closes it once the handlers running have settled their
 // messages.
-func (r *Rabbit) receive(ctx, work context.Context, types []string, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) {
+func (r *Rabbit) receive(ctx, work context.Context, rs routes, conn *amqp.Connection, chs []*amqp.Channel) {
 	var ceiling time.Duration
 	for {
 		if conn != nil {
 			r.setReceiver(conn)
-			if err := r.consume(ctx, work, conn, ch, handle); err != nil && ctx.Err() == nil {
+			if err := r.consume(ctx, work, conn, chs, rs); err != nil && ctx.Err() == nil {
 				r.cfg.Logger.Warn("rabbitmq: receiving stopped; reconnecting", "queue", r.cfg.Queue, "err", err)
 			}
 			if ctx.Err() != nil {
@@ -315,7 +391,7 @@ func (r *Rabbit) receive(ctx, work context.Context, types []string, conn *amqp.C
 			return
 		}
 		var err error
-		if conn, ch, err = r.openReceiver(types); err != nil {
+		if conn, chs, err = r.openReceiver(rs); err != nil {
 			r.cfg.Logger.Warn("rabbitmq: reconnect failed", "queue", r.cfg.Queue, "err", err)
 			continue
 		}
@@ -334,19 +410,36 @@ func (r *Rabbit) setReceiver(conn *amqp.Connection) {
 	r.mu.Unlock()
 }
 
-// consume handles deliveries on work, up to Prefetch at once, until the
-// channel closes or ctx ends. After a loss it waits for the handlers it
-// started (or for ctx) before it returns, so that a new connection never
-// runs more than Prefetch at once; when ctx ends it returns at once, and
-// Stop waits for them.
-func (r *Rabbit) consume(ctx, work context.Context, conn *amqp.Connection, ch *amqp.Channel, handle func(context.Context, feature.Message) error) error {
-	deliveries, err := ch.ConsumeWithContext(ctx, r.cfg.Queue, "", false, false, false, false, nil)
-	if err != nil {
-		return err
+// consume handles the routes' deliveries on work until a channel or the
+// connection closes or ctx ends: the app queue's up to Prefetch at once,
+// the ordered queue's one key after the other (see lanes). After a loss it
+// waits for the handlers it started (or for ctx) before it returns, so that
+// a new connection never runs more than Prefetch at once nor one key twice;
+// when ctx ends it returns at once, and Stop waits for them.
+func (r *Rabbit) consume(ctx, work context.Context, conn *amqp.Connection, chs []*amqp.Channel, rs routes) error {
+	var plain, ordered <-chan amqp.Delivery
+	var plainRoute, orderedRoute route
+	for i, rt := range rs {
+		if chs[i] == nil {
+			continue
+		}
+		deliveries, err := chs[i].ConsumeWithContext(ctx, rt.queue, "", false, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if rt.key != nil {
+			ordered, orderedRoute = deliveries, rt
+		} else {
+			plain, plainRoute = deliveries, rt
+		}
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	var inflight sync.WaitGroup
+	laneCtx, stopLanes := context.WithCancel(ctx)
+	defer stopLanes()
+	lanes := newLanes(r.cfg.Prefetch)
 	lost := func(err error) error {
+		stopLanes()
 		select {
 		case <-lifecycle.Done(&inflight):
 		case <-ctx.Done():
@@ -362,7 +455,7 @@ func (r *Rabbit) consume(ctx, work context.Context, conn *amqp.Connection, ch *a
 				return lost(errors.New("connection closed"))
 			}
 			return lost(err)
-		case d, ok := <-deliveries:
+		case d, ok := <-plain:
 			if !ok {
 				if ctx.Err() != nil {
 					return nil
@@ -376,8 +469,23 @@ func (r *Rabbit) consume(ctx, work context.Context, conn *amqp.Connection, ch *a
 				defer end()
 				// Stop lets a started handler finish and settle its message
 				// until its deadline, and cancels work only then.
-				r.deliver(work, d, handle)
+				r.deliver(work, plainRoute.queue, d, plainRoute.handle)
 			}()
+		case d, ok := <-ordered:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return lost(errors.New("delivery channel closed"))
+			}
+			m, _ := message(d)
+			key := orderedRoute.key(m)
+			if key == "" {
+				key = "message " + m.ID.String() // ordered with no other
+			}
+			lanes.add(laneCtx, key, d, &inflight, func(d amqp.Delivery) {
+				r.deliverInOrder(laneCtx, work, lanes, orderedRoute.queue, key, d, orderedRoute.handle)
+			})
 		}
 	}
 }
@@ -389,7 +497,7 @@ func (r *Rabbit) consume(ctx, work context.Context, conn *amqp.Connection, ch *a
 // contract version the app does not know, is kept dead at once. When the
 // message cannot be settled either way, it goes back to the queue (the
 // broker counts it and dead-letters it at MaxDeliveries).
-func (r *Rabbit) deliver(ctx context.Context, d amqp.Delivery, handle func(context.Context, feature.Message) error) {
+func (r *Rabbit) deliver(ctx context.Context, queue string, d amqp.Delivery, handle func(context.Context, feature.Message) error) {
 	attempt := failedDeliveries(d) + 1
 	m, err := message(d)
 	if err != nil {
@@ -407,7 +515,7 @@ func (r *Rabbit) deliver(ctx context.Context, d amqp.Delivery, handle func(conte
 		settle = ctx.Err() // the stop gave up on it: not the handler's failure
 	case final(err) || attempt >= r.cfg.MaxDeliveries:
 		log.Warn("rabbitmq: the message is kept dead", "dead_queue", r.DeadQueue(), "err", err)
-		settle = r.keepDead(ctx, d, err, attempt)
+		settle = r.keepDead(ctx, queue, d, err, attempt)
 	default:
 		wait := r.backoff(attempt)
 		log.Warn("rabbitmq: handling failed; the message is delivered again later", "wait", wait, "err", err)
@@ -483,12 +591,13 @@ func (r *Rabbit) retryLater(ctx context.Context, d amqp.Delivery, cause error, a
 	return r.send(ctx, r.retryQueue(r.backoff(attempt)), p)
 }
 
-// keepDead puts d into <Queue>.dead with cause and the deliveries in its
-// headers, through the default exchange, and waits for the broker's
+// keepDead puts d, received on queue, into <Queue>.dead with cause, the
+// deliveries and queue in its headers, through the default exchange, and waits for the broker's
 // confirm; the caller then acks d.
-func (r *Rabbit) keepDead(ctx context.Context, d amqp.Delivery, cause error, attempt int) error {
+func (r *Rabbit) keepDead(ctx context.Context, queue string, d amqp.Delivery, cause error, attempt int) error {
 	p := copyOf(d, cause, attempt)
 	p.Headers[headerDeadAt] = time.Now().UTC()
+	p.Headers[headerQueue] = queue
 	return r.send(ctx, r.DeadQueue(), p)
 }
 
@@ -498,7 +607,7 @@ func (r *Rabbit) keepDead(ctx context.Context, d amqp.Delivery, cause error, att
 func copyOf(d amqp.Delivery, cause error, attempts int) amqp.Publishing {
 	h := amqp.Table{}
 	for k, v := range d.Headers {
-		if !strings.HasPrefix(k, "x-") && k != headerDeadAt && k != headerAttempts && k != headerError {
+		if !strings.HasPrefix(k, "x-") && k != headerDeadAt && k != headerAttempts && k != headerError && k != headerQueue {
 			h[k] = v
 		}
 	}

@@ -201,12 +201,28 @@ func (d rabbitDead) Drop(_ context.Context, id uuid.UUID, _ string) (int64, erro
 	return n, err
 }
 
-// republish sends a dead message, as it was published, straight to the
-// app's queue (through the default exchange) with no deliveries counted,
-// and waits for the broker's confirm.
+// republish sends a dead message, as it was published, straight back to
+// the app's queue it came from (see originOf, through the default
+// exchange) with no deliveries counted, and waits for the broker's
+// confirm.
 func (r *Rabbit) republish(ctx context.Context, del amqp.Delivery) error {
 	p := copyOf(del, nil, 0)
-	return r.send(ctx, r.cfg.Queue, p)
+	return r.send(ctx, r.originOf(del), p)
+}
+
+// originOf is the queue of the app a dead message came from: the ordered
+// queue when the app or the broker dead-lettered it from there, else the
+// app's queue.
+func (r *Rabbit) originOf(d amqp.Delivery) string {
+	q, _ := text(d.Headers[headerQueue])
+	if deaths, _ := d.Headers["x-death"].([]any); q == "" && len(deaths) > 0 {
+		latest, _ := deaths[0].(amqp.Table)
+		q, _ = text(latest["queue"])
+	}
+	if q == r.OrderedQueue() {
+		return q
+	}
+	return r.cfg.Queue
 }
 
 // send publishes p to the queue through the default exchange and waits

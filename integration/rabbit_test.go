@@ -158,8 +158,9 @@ func newBroker(t *testing.T, url string) broker {
 			t.Errorf("clean up the broker: %v", err)
 			return
 		}
-		for _, app := range []string{"billing", "audit", "orders"} {
+		for _, app := range []string{"billing", "audit", "orders", "ledger"} {
 			_, _ = ch.QueueDelete(prefix+"-"+app, false, false, false)
+			_, _ = ch.QueueDelete(prefix+"-"+app+".ordered", false, false, false)
 			_, _ = ch.QueueDelete(prefix+"-"+app+".dead", false, false, false)
 			for d := 50 * time.Millisecond; d <= time.Minute; d *= 2 {
 				_, _ = ch.QueueDelete(prefix+"-"+app+".retry."+d.String(), false, false, false)

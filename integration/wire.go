@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -25,6 +26,8 @@ const (
 	headerUser      = "kumiko-user"
 	headerCausation = "kumiko-causation"
 	headerVersion   = "kumiko-event-version"
+	// headerKey is the ordering key (feature.Message.Key).
+	headerKey = pipeline.MessageKeyHeader
 	// headerAttempts counts the failed deliveries of a message so far; the
 	// app sets it when it sends a message back to wait, or keeps it dead.
 	headerAttempts = "kumiko-attempts"
@@ -32,11 +35,14 @@ const (
 	// on one the app keeps dead, when it gave up.
 	headerError  = "kumiko-error"
 	headerDeadAt = "kumiko-dead-at"
+	// headerQueue is the queue a message the app keeps dead came from,
+	// which a retry sends it back to.
+	headerQueue = "kumiko-queue"
 )
 
 // ours are the headers the wire format defines; a message's other string
 // headers (trace context among them) are its Headers.
-var ours = []string{headerTenant, headerUser, headerCausation, headerVersion, headerAttempts, headerError, headerDeadAt}
+var ours = []string{headerTenant, headerUser, headerCausation, headerVersion, headerKey, headerAttempts, headerError, headerDeadAt, headerQueue}
 
 // MessageIDSpace is the namespace of the UUIDs (version 5, SHA-1) that
 // MessageID makes of message ids that are not UUIDs.
@@ -76,6 +82,9 @@ func publishing(m feature.Message) amqp.Publishing {
 	}
 	if m.CausationID != "" {
 		h[headerCausation] = m.CausationID
+	}
+	if m.Key != "" {
+		h[headerKey] = m.Key
 	}
 	for k, v := range m.Headers {
 		if _, taken := h[k]; !taken {
@@ -133,6 +142,7 @@ func message(d amqp.Delivery) (feature.Message, error) {
 	m.Version = v
 	m.UserID, _ = text(d.Headers[headerUser])
 	m.CausationID, _ = text(d.Headers[headerCausation])
+	m.Key, _ = text(d.Headers[headerKey])
 	for k, v := range d.Headers {
 		s, ok := v.(string)
 		if !ok || slices.Contains(ours, k) || strings.HasPrefix(k, "x-") { // ours, or the broker's (x-delivery-count, x-death, …)

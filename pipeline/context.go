@@ -31,6 +31,9 @@ type commandContext struct {
 	// causation is the id of the event being applied, for events a
 	// consumer appends in reaction; "" in requests.
 	causation string
+	// source is the stream of the event being applied (see StreamKey),
+	// the ordering key of what is published in reaction; "" in requests.
+	source string
 	// handler is the command or query a request runs, whose caller's field
 	// rules apply to what it appends and reads; "" for the system's own
 	// code (multi-stream projections, jobs, integration handlers).

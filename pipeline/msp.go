@@ -69,8 +69,9 @@ func (d *Executor) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, tab
 		CorrelationID: ev.Metadata.CorrelationID,
 	}
 	ac := &applyContext{
-		commandContext: commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: m.Feature(), causation: strconv.FormatInt(ev.ID, 10)},
-		table:          table,
+		commandContext: commandContext{ctx: ctx, tx: tx, d: d, c: c, feature: m.Feature(), causation: strconv.FormatInt(ev.ID, 10),
+			source: StreamKey(ev.AggregateType, ev.AggregateID)},
+		table: table,
 	}
 	err := apply(ac, featureEvent(ev))
 	return len(c.appended), err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -11,6 +13,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
+	"github.com/kumiko-go/kumiko/registry"
 )
 
 // MessageStream is the aggregate type of published integration events: each
@@ -18,6 +21,12 @@ import (
 // one event of the contract's type), so publishing never contends with
 // other writers and the relay reads messages in id order like any consumer.
 const MessageStream = "kumiko.message"
+
+// MessageKeyHeader is the event header a published message keeps its
+// ordering key in (feature.Message.Key): the contract's feature.MessageKey
+// field, else the stream the transaction last appended to or the stream of
+// the event applied. The relay sends it as the AMQP header of that name.
+const MessageKeyHeader = "kumiko-key"
 
 // Publish appends an integration event to the transaction of the context,
 // as a stream of its own in the caller's tenant; it leaves the app only if
@@ -45,13 +54,21 @@ func (cc *commandContext) Publish(event string, payload any) error {
 	if err != nil {
 		return err
 	}
+	headers := withTraceparent(cc.ctx, cc.c.Headers)
+	if key := cc.messageKey(c, raw); key != "" {
+		headers = maps.Clone(headers)
+		if headers == nil {
+			headers = map[string]string{}
+		}
+		headers[MessageKeyHeader] = key
+	}
 	res, err := cc.d.store.AppendTx(cc.ctx, cc.tx, eventstore.Stream{
 		TenantID: cc.c.User.TenantID, AggregateType: MessageStream, AggregateID: id,
 	}, 0, eventstore.NewEvent{
 		Type: event, EventVersion: c.Version, Payload: raw,
 		Metadata: eventstore.Metadata{
 			UserID: cc.c.User.ID, RequestID: cc.c.RequestID, CorrelationID: cc.c.CorrelationID,
-			CausationID: cc.causation, IdempotencyKey: cc.c.IdempotencyKey, Headers: withTraceparent(cc.ctx, cc.c.Headers),
+			CausationID: cc.causation, IdempotencyKey: cc.c.IdempotencyKey, Headers: headers,
 		},
 	})
 	if err != nil {
@@ -59,6 +76,27 @@ func (cc *commandContext) Publish(event string, payload any) error {
 	}
 	cc.c.appended = append(cc.c.appended, res.Events...)
 	return nil
+}
+
+// messageKey is the ordering key of a message of c with payload: the
+// contract's key field, else the stream last appended to in the
+// transaction, else the stream of the event applied.
+func (cc *commandContext) messageKey(c registry.Contract, payload json.RawMessage) string {
+	if c.Key != "" {
+		return c.KeyOf(payload)
+	}
+	for _, ev := range slices.Backward(cc.c.appended) {
+		if ev.AggregateType != MessageStream {
+			return StreamKey(ev.AggregateType, ev.AggregateID)
+		}
+	}
+	return cc.source
+}
+
+// StreamKey is the ordering key of messages published about a stream:
+// "<aggregate type>/<aggregate id>".
+func StreamKey(aggregateType string, id uuid.UUID) string {
+	return aggregateType + "/" + id.String()
 }
 
 // RunInTx runs fn with a feature.CommandContext bound to tx, as c in c's

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -24,6 +26,9 @@ type Contract struct {
 	Version int
 	// GoType is the payload's Go type.
 	GoType reflect.Type
+	// Key is the JSON name of the payload field whose value orders the
+	// messages (feature.MessageKey); "" when none is named.
+	Key string
 }
 
 // IntegrationHandler is a compiled handler of an integration event.
@@ -33,6 +38,31 @@ type IntegrationHandler struct {
 	Event   string
 	Feature string
 	Handle  func(ctx feature.CommandContext, m feature.Message) error
+	// Ordered handlers get the messages of one key in publish order
+	// (feature.Ordered).
+	Ordered bool
+}
+
+// KeyOf is the ordering key of a message of c with payload: the value of
+// its Key field, a JSON string as is and any other value as its JSON text;
+// "" when c names no key or the field is missing or null.
+func (c Contract) KeyOf(payload json.RawMessage) string {
+	if c.Key == "" {
+		return ""
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(payload, &fields) != nil {
+		return ""
+	}
+	v := bytes.TrimSpace(fields[c.Key])
+	var s string
+	switch {
+	case len(v) == 0 || string(v) == "null":
+		return ""
+	case json.Unmarshal(v, &s) == nil:
+		return s
+	}
+	return string(v)
 }
 
 // Contract returns the integration event called name.
@@ -71,8 +101,8 @@ func (b *builder) contract(feat string, def spec.Event) {
 	if c, dup := b.reg.contracts[def.Name]; dup {
 		// Features of one app may each declare a contract they share (from
 		// one contracts package): the same payload type and version.
-		if c.GoType != def.Payload || c.Version != def.Version {
-			b.fail(feat, item, RuleUnique, "integration event is declared by feature %q with another payload type or version", c.Feature)
+		if c.GoType != def.Payload || c.Version != def.Version || c.Key != def.Key {
+			b.fail(feat, item, RuleUnique, "integration event is declared by feature %q with another payload type, version or message key", c.Feature)
 		}
 		return
 	}
@@ -84,7 +114,11 @@ func (b *builder) contract(feat string, def spec.Event) {
 	if !ok {
 		return
 	}
-	b.reg.contracts[def.Name] = Contract{Name: def.Name, Feature: feat, Version: def.Version, GoType: def.Payload}
+	if def.Key != "" && !hasProperty(p.Schema, def.Key) {
+		b.fail(feat, item, RuleIntegration, "MessageKey(%q) names no top-level field of the payload (by its JSON name)", def.Key)
+		return
+	}
+	b.reg.contracts[def.Name] = Contract{Name: def.Name, Feature: feat, Version: def.Version, GoType: def.Payload, Key: def.Key}
 	b.reg.payloads[def.Name] = p
 }
 
@@ -105,7 +139,7 @@ func (b *builder) integrationHandler(feat string, def spec.IntegrationHandler, s
 	default:
 		seen[def.Name] = feat
 		b.reg.integrationHandlers = append(b.reg.integrationHandlers,
-			IntegrationHandler{Name: def.Name, Event: def.Event, Feature: feat, Handle: fn})
+			IntegrationHandler{Name: def.Name, Event: def.Event, Feature: feat, Handle: fn, Ordered: def.Ordered})
 		return
 	}
 	if seen[def.Name] == "" {
@@ -126,4 +160,15 @@ func (b *builder) integration() {
 			b.integrationHandler(d.Name, h, seen)
 		}
 	}
+}
+
+// hasProperty reports whether the JSON Schema of a payload has a
+// top-level property called name.
+func hasProperty(schema json.RawMessage, name string) bool {
+	var s struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	_ = json.Unmarshal(schema, &s)
+	_, ok := s.Properties[name]
+	return ok
 }

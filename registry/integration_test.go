@@ -54,18 +54,54 @@ func TestIntegrationBootErrors(t *testing.T) {
 		r.OnIntegrationEvent("order.shipped", "twice", noopMessage)
 		r.OnIntegrationEvent("order.shipped", "nil-handler", nil)
 		r.OnIntegrationEvent("order.shipped", "Not A Name", noopMessage)
+		r.IntegrationEvent("order.keyed", shipped{}, feature.MessageKey("order_id"))
+		r.IntegrationEvent("order.rekeyed", shipped{}, feature.MessageKey("orderId"))
+		r.IntegrationEvent("order.rekeyed", shipped{})
 	})
 	_, err := registry.Build(f)
 	requireBootErrors(t, err,
 		want{"shop", `integration event "order.placed"`, registry.RuleUnique, "also an event"},
 		want{"shop", `integration event "order.noted"`, registry.RulePayload, ""},
 		want{"shop", `integration event "Bad"`, registry.RuleName, "dotted"},
-		want{"shop", `integration event "order.shipped"`, registry.RuleUnique, "another payload type or version"},
+		want{"shop", `integration event "order.shipped"`, registry.RuleUnique, "another payload type, version or message key"},
 		want{"shop", `integration handler "lost"`, registry.RuleIntegration, `"order.unknown", which is not an integration event`},
 		want{"shop", `integration handler "twice"`, registry.RuleUnique, "already used"},
 		want{"shop", `integration handler "nil-handler"`, registry.RuleIntegration, "nil"},
 		want{"shop", `integration handler "Not A Name"`, registry.RuleName, ""},
+		want{"shop", `integration event "order.keyed"`, registry.RuleIntegration, `MessageKey("order_id") names no top-level field`},
+		want{"shop", `integration event "order.rekeyed"`, registry.RuleUnique, "message key"},
 	)
+}
+
+// A contract's key field orders its messages: KeyOf reads it from a
+// payload (a string as is, anything else as its JSON), and an ordered
+// handler says so.
+func TestMessageKeys(t *testing.T) {
+	type moved struct {
+		Box   int    `json:"box"`
+		Shelf string `json:"shelf"`
+	}
+	f := feature.Define("store", func(r *feature.Registrar) {
+		r.IntegrationEvent("box.moved", moved{}, feature.MessageKey("box"))
+		r.IntegrationEvent("shelf.moved", moved{}, feature.MessageKey("shelf"))
+		r.IntegrationEvent("box.noted", moved{})
+		r.OnIntegrationEvent("box.moved", "in-order", noopMessage, feature.Ordered())
+		r.OnIntegrationEvent("box.moved", "any-order", noopMessage)
+	})
+	reg, err := registry.Build(f)
+	require.NoError(t, err)
+	box, _ := reg.Contract("box.moved")
+	shelf, _ := reg.Contract("shelf.moved")
+	noted, _ := reg.Contract("box.noted")
+	require.Equal(t, "box", box.Key)
+	require.Equal(t, "12", box.KeyOf([]byte(`{"box":12,"shelf":"a"}`)))
+	require.Equal(t, "a", shelf.KeyOf([]byte(`{"box":12,"shelf":"a"}`)))
+	require.Empty(t, shelf.KeyOf([]byte(`{"box":12,"shelf":null}`)))
+	require.Empty(t, shelf.KeyOf([]byte(`not json`)))
+	require.Empty(t, noted.KeyOf([]byte(`{"box":12}`)))
+	hs := reg.IntegrationHandlers()
+	require.True(t, hs[0].Ordered)
+	require.False(t, hs[1].Ordered)
 }
 
 // A message of an older contract version is upcast through the contract's

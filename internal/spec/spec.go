@@ -87,6 +87,9 @@ type Event struct {
 	Payload reflect.Type
 	// Version is the current payload schema generation (default 1).
 	Version int
+	// Key is the payload field whose value orders an integration event's
+	// messages (feature.MessageKey); "" when none is named.
+	Key string
 }
 
 // Migration is an upcaster step declared with Registrar.EventMigration.
@@ -263,4 +266,7 @@ type IntegrationHandler struct {
 	// Handle is the func(feature.CommandContext, feature.Message) error
 	// given; nil when it was nil.
 	Handle any
+	// Ordered asks for the messages of one key in publish order
+	// (feature.Ordered).
+	Ordered bool
 }
