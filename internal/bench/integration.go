@@ -39,6 +39,8 @@ type sent struct {
 //     batch confirmed by the broker before the cursor moves) against a raw
 //     amqp091 publisher with confirms sending the same messages in the same
 //     batches; a bound quorum queue keeps both sides' messages;
+//   - handling with an ordered handler against the same handler unordered
+//     (orderedRow);
 //   - commit→remote handler latency at 200 messages/s: a command publishes,
 //     the relay sends through the broker, a second app (its own schema and
 //     queue, in this process) handles; the time is taken when the command
@@ -85,7 +87,11 @@ func (b *bench) integrationRows(ctx context.Context) ([]row, error) {
 	}
 	rows := []row{throughput}
 	lat, err := b.integrationLatency(ctx, prefix+"-recv", rabbit)
-	return append(rows, lat...), err
+	if err != nil {
+		return nil, err
+	}
+	ordered, err := b.orderedRow(ctx, url, exchange, prefix, ch)
+	return append(append(rows, lat...), ordered), err
 }
 
 // contractFeature declares the bench contract; publish adds the command
@@ -265,12 +271,20 @@ func (p *rawPublisher) publish(ctx context.Context, n int) error {
 		}
 		pending = append(pending, dc)
 		if len(pending) == passBatch || i == n-1 {
-			for _, dc := range pending {
-				if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-					return errors.Join(err, errors.New("not confirmed"))
-				}
+			if err := confirmed(ctx, pending); err != nil {
+				return err
 			}
 			pending = pending[:0]
+		}
+	}
+	return nil
+}
+
+// confirmed waits for the broker's confirms of pending.
+func confirmed(ctx context.Context, pending []*amqp.DeferredConfirmation) error {
+	for _, dc := range pending {
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			return errors.Join(err, errors.New("not confirmed"))
 		}
 	}
 	return nil
