@@ -158,7 +158,7 @@ func newBroker(t *testing.T, url string) broker {
 			t.Errorf("clean up the broker: %v", err)
 			return
 		}
-		for _, app := range []string{"billing", "audit", "orders", "ledger"} {
+		for _, app := range []string{"billing", "audit", "orders", "ledger", "node"} {
 			_, _ = ch.QueueDelete(prefix+"-"+app, false, false, false)
 			_, _ = ch.QueueDelete(prefix+"-"+app+".ordered", false, false, false)
 			_, _ = ch.QueueDelete(prefix+"-"+app+".dead", false, false, false)
