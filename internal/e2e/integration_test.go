@@ -91,3 +91,87 @@ func TestIntegrationEventsOverRabbitMQ(t *testing.T) {
 	require.Zero(t, dead, "nothing dead-lettered")
 	require.Equal(t, 1, billing.db.Count(t, "SELECT count(*) FROM read_invoice WHERE tenant_id = $1", tenant), "one invoice: the message handled once")
 }
+
+// An app whose handler asks for order (e2eapp's ledger) runs as two worker
+// processes: eight streams of a foreign publisher, interleaved, are each
+// handled in publish order, once, although the worker that receives is
+// killed (SIGKILL) on the way and the other takes over.
+func TestOrderedIntegrationHandlingAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	reserve(t, 2)
+	url := rabbitURL()
+	conn, err := amqp.Dial(url)
+	require.NoError(t, err, "RabbitMQ at %s must be running (make services)", url)
+	t.Cleanup(func() { _ = conn.Close() })
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	queue := "e2e-" + hex.EncodeToString(b) + "-ledger"
+	t.Cleanup(func() {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		defer ch.Close()
+		for _, q := range []string{queue + ".ordered", queue + ".dead"} {
+			_, err := ch.QueueDelete(q, false, false, false)
+			require.NoError(t, err, q)
+		}
+	})
+	ledger := newApp(t, "e2eapp", "E2E_FEATURES=ledger", "E2E_NAME="+queue, "RABBITMQ_URL="+url)
+	ledger.db.Exec(t, `CREATE TABLE e2e_steps (n bigserial PRIMARY KEY, stream text NOT NULL, seq int NOT NULL, pid int NOT NULL)`)
+	first := ledger.worker(t, "ledger-1")
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ch.Close() })
+	waitFor(t, 20*time.Second, "the first worker consumes the ordered queue", func() (bool, string) {
+		_, consumers, err := queueState(ch, queue+".ordered")
+		if err != nil {
+			if ch, err = conn.Channel(); err != nil {
+				return false, err.Error()
+			}
+			return false, "no queue yet"
+		}
+		return consumers > 0, fmt.Sprint(consumers, " consumers")
+	})
+	ledger.worker(t, "ledger-2")
+
+	const streams, perStream = 8, 100
+	require.NoError(t, ch.Confirm(false))
+	tenant := uuid.New()
+	next := make([]int, streams)
+	// publish sends messages from to to-1 of the run, interleaved over the
+	// streams with each stream's seqs in order, and waits for the confirms.
+	publish := func(from, to int) {
+		var pending []*amqp.DeferredConfirmation
+		for i := from; i < to; i++ {
+			s := (i*5 + i/streams) % streams
+			for next[s] == perStream {
+				s = (s + 1) % streams
+			}
+			body := fmt.Sprintf(`{"stream":"s%d","seq":%d}`, s, next[s])
+			next[s]++
+			dc, err := ch.PublishWithDeferredConfirmWithContext(t.Context(), integration.DefaultExchange, "e2e.step", false, false, amqp.Publishing{
+				Headers: amqp.Table{"kumiko-tenant": tenant.String()}, ContentType: "application/json",
+				DeliveryMode: amqp.Persistent, MessageId: fmt.Sprintf("step-%d", i), Body: []byte(body),
+			})
+			require.NoError(t, err)
+			pending = append(pending, dc)
+		}
+		for _, dc := range pending {
+			ok, err := dc.WaitContext(t.Context())
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+	}
+	total := streams * perStream
+	publish(0, total*3/4)
+	waitFor(t, 60*time.Second, "the first worker handles some", func() (bool, string) {
+		n := ledger.db.Count(t, "SELECT count(*) FROM e2e_steps")
+		return n >= total/8, fmt.Sprint(n, " handled")
+	})
+	first.kill9()
+	publish(total*3/4, total)
+	waitFor(t, 60*time.Second, "the other worker handles the rest", countIs(t, ledger.db, total, "SELECT count(*) FROM e2e_steps"))
+	require.Equal(t, 2, ledger.db.Count(t, "SELECT count(DISTINCT pid) FROM e2e_steps"), "both workers handled steps")
+	require.Zero(t, ledger.db.Count(t, `SELECT count(*) FROM (
+  SELECT seq, row_number() OVER (PARTITION BY stream ORDER BY n) - 1 AS pos FROM e2e_steps) s WHERE seq <> pos`),
+		"each stream's steps were handled in publish order, each once")
+}

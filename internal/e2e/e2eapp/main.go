@@ -6,7 +6,8 @@
 //   - E2E_NAME: the app's name (default "e2e"), and so its RabbitMQ queue;
 //     the suite makes it unique per run so that parallel runs share no queue;
 //   - E2E_FEATURES: "orders" or "billing" runs that sample's feature alone
-//     (the two apps of an integration); empty runs the fault feature below;
+//     (the two apps of an integration); "ledger" the ordered integration
+//     handler below; empty runs the fault feature below;
 //   - E2E_BLOCK: when set, the consumer e2e-deliveries blocks for ever,
 //     ignoring its context, on a note titled "block";
 //   - E2E_WORK_DELAY: how long a run of e2e.work takes (default 100ms);
@@ -48,6 +49,8 @@ func main() {
 		kumiko.Main(cfg, orders.Feature)
 	case "billing":
 		kumiko.Main(cfg, billing.Feature)
+	case "ledger":
+		kumiko.Main(cfg, ledger(pgx.Identifier{cmp.Or(os.Getenv("KUMIKO_SCHEMA"), "public"), "e2e_steps"}.Sanitize()))
 	default:
 		delay, err := time.ParseDuration(cmp.Or(os.Getenv("E2E_WORK_DELAY"), "100ms"))
 		if err != nil {
@@ -61,6 +64,30 @@ func main() {
 		}
 		kumiko.Main(cfg, f.feature())
 	}
+}
+
+// Step is the contract e2e.step: the seq-th message of a stream, which
+// orders its messages.
+type Step struct {
+	Stream string `json:"stream" validate:"required"`
+	Seq    int    `json:"seq" validate:"min=0"`
+}
+
+// ledger handles e2e.step in order (feature.Ordered), recording each step
+// with the process that handled it in steps (e2e_steps, which the suite
+// creates).
+func ledger(steps string) *feature.Feature {
+	return feature.Define("ledger", func(r *feature.Registrar) {
+		r.IntegrationEvent("e2e.step", Step{}, feature.MessageKey("stream"))
+		r.OnIntegrationEvent("e2e.step", "e2e-ledger", func(ctx feature.CommandContext, m feature.Message) error {
+			var s Step
+			if err := m.Decode(&s); err != nil {
+				return err
+			}
+			_, err := ctx.DB().Exec(ctx.Context(), `INSERT INTO `+steps+` (stream, seq, pid) VALUES ($1, $2, $3)`, s.Stream, s.Seq, os.Getpid())
+			return err
+		}, feature.Ordered())
+	})
 }
 
 // Note is what the consumer reads of a note.created payload.
