@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL (DATABASE_URL), Redis (REDIS_URL) and RabbitMQ
-# (RABBITMQ_URL) answer, and that a headless Chromium is installed for the
-# ops console's browser tests. When one
+# (RABBITMQ_URL) answer, and that a headless Chromium (the ops console's
+# browser tests) and Node.js with npm (the Node.js client sample's tests)
+# are installed. When one
 # points at this machine and is down, it is started with the machine's Debian
 # packages (installed with apt-get when missing). Exits non-zero with the reason
 # when a service cannot be made to answer. `make test`, `make run` and CI all
@@ -125,8 +126,17 @@ ensure_chromium() {
 	command -v chromium >/dev/null || die "chromium is not on PATH after installing it"
 }
 
+# --- Node.js ----------------------------------------------------------------
+# samples/node-client's tests run its programs (npm ci fetches the pinned
+# amqplib); they fail, not skip, without node and npm.
+ensure_node() {
+	command -v node >/dev/null && command -v npm >/dev/null || apt_install nodejs npm
+	command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are not on PATH after installing them"
+}
+
 ensure_postgres
 ensure_redis
 ensure_rabbitmq
 ensure_chromium
-say "PostgreSQL, Redis and RabbitMQ are up; Chromium is installed"
+ensure_node
+say "PostgreSQL, Redis and RabbitMQ are up; Chromium and Node.js are installed"
