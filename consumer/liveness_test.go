@@ -202,8 +202,11 @@ func TestBusyInstanceIsNeverStale(t *testing.T) {
 				return nil
 			}}
 	}
+	// The threshold leaves a loaded test machine room: a beat late by a
+	// second is the machine's, not the passes'.
+	const staleAfter = 3 * testStaleAfter
 	e, err := consumer.New(store, consumer.Config{InstanceID: "busy", PollInterval: 10 * time.Millisecond,
-		Heartbeat: testHeartbeat, StaleAfter: testStaleAfter}, slow(0), slow(1))
+		Heartbeat: testHeartbeat, StaleAfter: staleAfter}, slow(0), slow(1))
 	require.NoError(t, err)
 	require.NoError(t, e.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
@@ -212,7 +215,7 @@ func TestBusyInstanceIsNeverStale(t *testing.T) {
 	entered.Wait()
 	busySince := dbNow(t, db)
 
-	// Watch it for three thresholds while both passes hold their
+	// Watch it for two thresholds while both passes hold their
 	// connections: every look finds it live.
 	var looks, stale, collected atomic.Int64
 	require.Eventually(t, func() bool {
@@ -226,8 +229,8 @@ func TestBusyInstanceIsNeverStale(t *testing.T) {
 		if err != nil || len(res.Instances) > 0 {
 			collected.Add(1)
 		}
-		return dbNow(t, db).Sub(busySince) > 3*testStaleAfter
-	}, 20*time.Second, 20*time.Millisecond)
+		return dbNow(t, db).Sub(busySince) > 2*staleAfter
+	}, 30*time.Second, 20*time.Millisecond)
 	require.Zero(t, stale.Load(), "a busy instance is reported live, %d looks", looks.Load())
 	require.Zero(t, collected.Load(), "gc never takes a beating instance")
 	require.Equal(t, 2, countShards(t, db, "busy"))
