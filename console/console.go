@@ -42,6 +42,7 @@ import (
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/jobs"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -216,7 +217,7 @@ func (c *Console) routes() *http.ServeMux {
 		}
 	}
 	m.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
-		problem(w, http.StatusNotFound, "not_found", "not_found", "there is nothing at "+r.URL.Path)
+		problem(w, kumikotype.CodeNotFound, "", "there is nothing at "+r.URL.Path)
 	})
 	return m
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/internal/sse"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -128,12 +130,12 @@ func (c *Console) consumerAction(w http.ResponseWriter, r *http.Request, _ sessi
 	case "enable":
 		op = c.ops.Enable
 	default:
-		problem(w, http.StatusNotFound, "not_found", "unknown_operation", "the operations are restart, skip, disable and enable")
+		problem(w, kumikotype.CodeNotFound, "unknown_operation", "the operations are restart, skip, disable and enable")
 		return
 	}
 	name := r.PostFormValue("name")
 	if name == "" {
-		problem(w, http.StatusBadRequest, "validation_error", "missing_name", "name the consumer")
+		problem(w, kumikotype.CodeValidation, "missing_name", "name the consumer")
 		return
 	}
 	instance := r.PostFormValue("instance")
@@ -202,13 +204,13 @@ func (c *Console) rebuild(w http.ResponseWriter, r *http.Request, s session) {
 		known = known || p.Name == name
 	}
 	if !known {
-		refused(w, "not_found", "projection_not_found", fmt.Sprintf("there is no projection %q", name))
+		refused(w, kumikotype.CodeNotFound, "projection_not_found", fmt.Sprintf("there is no projection %q", name))
 		return
 	}
 	c.mu.Lock()
 	if run := c.rebuilds[name]; run != nil && run.progress.Running {
 		c.mu.Unlock()
-		refused(w, "conflict", "rebuild_running", "the projection is already being rebuilt")
+		refused(w, kumikotype.CodeProjectionRebuilding, "rebuild_running", "the projection is already being rebuilt")
 		return
 	}
 	run := &rebuildRun{progress: rebuildProgress{Running: true, Started: time.Now()}}
@@ -273,17 +275,18 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request, _ session) {
 		fail(w, c, "tail", err)
 		return
 	}
-	sse, ok := startSSE(w)
+	stream, ok := startSSE(w)
 	if !ok {
 		return
 	}
+	defer stream.Release()
 	wake, cancel := c.cfg.Store.Subscribe()
 	defer cancel()
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
 	for {
 		pos, err = c.cfg.Store.Tail(ctx, pos, f, func(e eventstore.Event) error {
-			return sse.send(e.ID, tailEvent{ID: e.ID, Type: e.Type, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
+			return stream.send(e.ID, tailEvent{ID: e.ID, Type: e.Type, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
 				TenantID: e.TenantID, Version: e.Version, CreatedAt: e.CreatedAt, Payload: e.Payload})
 		})
 		if err != nil {
@@ -292,7 +295,7 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request, _ session) {
 			}
 			return
 		}
-		sse.ping()
+		stream.ping()
 		select {
 		case <-ctx.Done():
 			return
@@ -308,7 +311,7 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request, _ session) {
 func (c *Console) timeline(w http.ResponseWriter, r *http.Request, _ session) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil || id == uuid.Nil {
-		problem(w, http.StatusBadRequest, "validation_error", "invalid_id", "the id must be a non-nil UUID")
+		problem(w, kumikotype.CodeValidation, "invalid_id", "the id must be a non-nil UUID")
 		return
 	}
 	tenant, err := c.cfg.Store.StreamTenant(r.Context(), id)
@@ -337,17 +340,18 @@ func (c *Console) live(state func(*http.Request) (any, error)) func(http.Respons
 			fail(w, c, "live", err)
 			return
 		}
-		sse, ok := startSSE(w)
+		stream, ok := startSSE(w)
 		if !ok {
 			return
 		}
+		defer stream.Release()
 		tick := time.NewTicker(c.cfg.Interval)
 		defer tick.Stop()
 		v := first
 		var n int64
 		for {
 			n++
-			if err := sse.send(n, v); err != nil {
+			if err := stream.send(n, v); err != nil {
 				return
 			}
 			select {
@@ -378,60 +382,49 @@ type problemError interface {
 // so it answers 200 {"refused": {code, reason, detail}} and the browser does
 // not log a failed request; anything else is answered as fail does.
 func refuse(w http.ResponseWriter, c *Console, what string, err error) {
-	var pe problemError
-	if errors.As(err, &pe) && statusOf(pe.Code()) < http.StatusInternalServerError {
-		refused(w, pe.Code(), pe.Reason(), pe.Detail())
+	if pe := contractOf(err); pe != nil && statusOf(pe.Code(), pe.Reason()) < http.StatusInternalServerError {
+		refused(w, kumikotype.Code(pe.Code()), pe.Reason(), pe.Detail())
 		return
 	}
 	fail(w, c, what, err)
 }
 
-// fail answers err: an error of the contract as problem+json with its code,
-// anything else as 503 unavailable or 500 internal, logged.
-func fail(w http.ResponseWriter, c *Console, what string, err error) {
+// contractOf is err as an error of the contract, classified as the API
+// does (pipeline.AsError); nil for an internal error.
+func contractOf(err error) problemError {
 	var pe problemError
-	if !errors.As(err, &pe) {
-		if ae := pipeline.AsError(err); ae != nil && ae.Code() != pipeline.CodeInternal {
-			pe = ae
-		}
+	if errors.As(err, &pe) {
+		return pe
 	}
-	if pe != nil {
-		problem(w, statusOf(pe.Code()), pe.Code(), pe.Reason(), pe.Detail())
+	if ae := pipeline.AsError(err); ae != nil && ae.Code() != pipeline.CodeInternal {
+		return ae
+	}
+	return nil
+}
+
+// fail answers err: an error of the contract as problem+json with its code,
+// anything else as 500 internal, logged.
+func fail(w http.ResponseWriter, c *Console, what string, err error) {
+	if pe := contractOf(err); pe != nil {
+		problem(w, kumikotype.Code(pe.Code()), pe.Reason(), pe.Detail())
 		return
 	}
 	internal(w, c, what, err)
 }
 
 // refused answers a refusal of the page's action (see refuse).
-func refused(w http.ResponseWriter, code, reason, detail string) {
-	writeJSON(w, http.StatusOK, map[string]any{"refused": map[string]string{"code": code, "reason": reason, "detail": detail}})
+func refused(w http.ResponseWriter, code kumikotype.Code, reason, detail string) {
+	writeJSON(w, http.StatusOK, map[string]any{"refused": map[string]string{"code": string(code), "reason": reason, "detail": detail}})
 }
 
 func internal(w http.ResponseWriter, c *Console, what string, err error) {
 	c.cfg.Logger.Error("console: "+what, "err", err)
-	problem(w, http.StatusInternalServerError, "internal_error", "internal_error", "something went wrong; the server log has the cause")
+	problem(w, kumikotype.CodeInternal, "", "something went wrong; the server log has the cause")
 }
 
-// statusOf is the HTTP status of an error code.
-func statusOf(code string) int {
-	switch code {
-	case "not_found":
-		return http.StatusNotFound
-	case "validation_error":
-		return http.StatusBadRequest
-	case "unprocessable":
-		return http.StatusUnprocessableEntity
-	case "conflict", "concurrency_conflict":
-		return http.StatusConflict
-	case "unauthenticated":
-		return http.StatusUnauthorized
-	case "access_denied":
-		return http.StatusForbidden
-	case pipeline.CodeUnavailable, pipeline.CodeProjectionRebuilding:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+// statusOf is the HTTP status of an error code and reason: the API's
+// (kumikotype's) mapping.
+func statusOf(code, reason string) int { return kumikotype.Code(code).Status(reason) }
 
 // errorText is what an operator is shown of err.
 func errorText(err error) string {
@@ -442,14 +435,10 @@ func errorText(err error) string {
 	return err.Error()
 }
 
-// problem writes an application/problem+json answer.
-func problem(w http.ResponseWriter, status int, code, reason, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"type": "about:blank", "title": http.StatusText(status), "status": status,
-		"code": code, "reason": reason, "detail": detail,
-	})
+// problem writes an application/problem+json answer, as the API writes
+// it (the status follows the code).
+func problem(w http.ResponseWriter, code kumikotype.Code, reason, detail string) {
+	_ = kumikotype.NewProblem(code, reason, detail).Write(w)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -459,35 +448,30 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// sseWriter writes server-sent events.
-type sseWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+// sseWriter writes the console's server-sent events through the API's
+// stream writer, each write with its deadline (sse.WriteTimeout).
+type sseWriter struct{ *sse.Writer }
+
+// startSSE starts the stream; false when its headers cannot be sent. The
+// caller defers release.
+func startSSE(w http.ResponseWriter) (sseWriter, bool) {
+	s := sseWriter{sse.Start(w, "no-store")}
+	return s, s.Flush() == nil
 }
 
-func startSSE(w http.ResponseWriter) (*sseWriter, bool) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	return s, s.rc.Flush() == nil
-}
-
-func (s *sseWriter) send(id int64, v any) error {
+func (s sseWriter) send(id int64, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(s.w, "id: %d\ndata: %s\n\n", id, b); err != nil {
+	if err := s.Write(fmt.Appendf(nil, "id: %d\ndata: %s\n\n", id, b)); err != nil {
 		return err
 	}
-	return s.rc.Flush()
+	return s.Flush()
 }
 
-func (s *sseWriter) ping() {
-	if _, err := fmt.Fprint(s.w, ": ping\n\n"); err == nil {
-		_ = s.rc.Flush()
+func (s sseWriter) ping() {
+	if s.Write([]byte(": ping\n\n")) == nil {
+		_ = s.Flush()
 	}
 }

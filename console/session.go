@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // Cookie and header names of a console session.
@@ -85,14 +86,14 @@ func (c *Console) page(h func(http.ResponseWriter, *http.Request, session)) http
 		s, err := c.session(r)
 		switch {
 		case errors.Is(err, errNotOperator):
-			problem(w, http.StatusForbidden, "access_denied", "access_denied",
+			problem(w, kumikotype.CodeAccessDenied, "",
 				"the console needs the role "+c.cfg.OperatorRole)
 		case err != nil:
 			if strings.Contains(r.Header.Get("Accept"), "text/html") {
 				http.Redirect(w, r, c.cfg.Prefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return
 			}
-			problem(w, http.StatusUnauthorized, "unauthenticated", "unauthenticated", "sign in to use the console")
+			problem(w, kumikotype.CodeUnauthenticated, "", "sign in to use the console")
 		default:
 			h(w, r, s)
 		}
@@ -108,7 +109,7 @@ func (c *Console) action(h func(http.ResponseWriter, *http.Request, session)) ht
 			return
 		}
 		if !sameOrigin(r) {
-			problem(w, http.StatusForbidden, "access_denied", "cross_origin", "the request did not come from the console's own origin")
+			problem(w, kumikotype.CodeAccessDenied, "cross_origin", "the request did not come from the console's own origin")
 			return
 		}
 		sent := r.Header.Get(CSRFHeader)
@@ -116,7 +117,7 @@ func (c *Console) action(h func(http.ResponseWriter, *http.Request, session)) ht
 			sent = r.PostFormValue("csrf")
 		}
 		if s.csrf == "" || subtle.ConstantTimeCompare([]byte(sent), []byte(s.csrf)) != 1 {
-			problem(w, http.StatusForbidden, "access_denied", "csrf_token", "the request lacks the session's CSRF token; reload the page")
+			problem(w, kumikotype.CodeAccessDenied, "csrf_token", "the request lacks the session's CSRF token; reload the page")
 			return
 		}
 		h(w, r, s)
@@ -129,7 +130,7 @@ func (c *Console) action(h func(http.ResponseWriter, *http.Request, session)) ht
 func (c *Console) guarded(h http.Handler) http.Handler {
 	return c.page(func(w http.ResponseWriter, r *http.Request, s session) {
 		if !s.bearer && !sameOrigin(r) {
-			problem(w, http.StatusForbidden, "access_denied", "cross_origin", "the request did not come from the console's own origin")
+			problem(w, kumikotype.CodeAccessDenied, "cross_origin", "the request did not come from the console's own origin")
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // Sentinels of the consumer operations and of the prune guard. Every
@@ -45,9 +47,9 @@ const (
 // Codes of the error contract that the consumer operations answer; the same
 // wire names as the executor's (pipeline.CodeNotFound, …).
 const (
-	codeValidation    = "validation_error"
-	codeNotFound      = "not_found"
-	codeUnprocessable = "unprocessable"
+	codeValidation    = string(kumikotype.CodeValidation)
+	codeNotFound      = string(kumikotype.CodeNotFound)
+	codeUnprocessable = string(kumikotype.CodeUnprocessable)
 )
 
 // Error is a refused consumer operation as a client may see it: a stable

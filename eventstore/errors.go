@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // Sentinel errors. Match them with errors.Is; the concrete errors carry
@@ -17,13 +19,13 @@ import (
 var (
 	// ErrVersionConflict: the stream is not at the expected version. The
 	// concrete error is a *VersionConflictError.
-	ErrVersionConflict error = &sentinel{msg: "version conflict", code: "version_conflict", reason: "event_version_conflict"}
+	ErrVersionConflict error = &sentinel{msg: "version conflict", code: string(kumikotype.CodeVersionConflict), reason: "event_version_conflict"}
 	// ErrStreamArchived: the stream is archived and refuses appends.
-	ErrStreamArchived error = &sentinel{msg: "stream archived", code: "stream_archived", reason: "stream_archived",
+	ErrStreamArchived error = &sentinel{msg: "stream archived", code: string(kumikotype.CodeStreamArchived), reason: "stream_archived",
 		detail: "the aggregate is archived"}
 	// ErrAggregateNotFound: the stream does not exist for this tenant (code
 	// not_found, reason aggregate_not_found).
-	ErrAggregateNotFound error = &sentinel{msg: "aggregate not found", code: "not_found", reason: "aggregate_not_found",
+	ErrAggregateNotFound error = &sentinel{msg: "aggregate not found", code: string(kumikotype.CodeNotFound), reason: "aggregate_not_found",
 		detail: "no such aggregate"}
 	// ErrUnknownEventVersion: a stored event has a version no upcaster can
 	// bring to the current one. The concrete error is an *UnknownEventVersionError.
@@ -35,7 +37,7 @@ var (
 	// was lost (see TranslateError). Nothing of the failed work committed,
 	// with one exception: a connection lost during COMMIT leaves the outcome
 	// unknown, so a retry must be safe to repeat (an idempotency key).
-	ErrUnavailable error = &sentinel{msg: "database unavailable", code: "unavailable", reason: "database_unavailable",
+	ErrUnavailable error = &sentinel{msg: "database unavailable", code: string(kumikotype.CodeUnavailable), reason: "database_unavailable",
 		detail: "the database is unreachable; retry later"}
 )
 
@@ -92,7 +94,7 @@ func (e *VersionConflictError) Error() string {
 func (e *VersionConflictError) Unwrap() error { return ErrVersionConflict }
 
 // Code is the stable error code.
-func (e *VersionConflictError) Code() string { return "version_conflict" }
+func (e *VersionConflictError) Code() string { return string(kumikotype.CodeVersionConflict) }
 
 // Reason is the finer reason code.
 func (e *VersionConflictError) Reason() string { return "event_version_conflict" }
@@ -205,7 +207,7 @@ func (e *unavailableError) Error() string { return "database unavailable: " + e.
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.cause} }
 
 // Code is the stable error code.
-func (e *unavailableError) Code() string { return "unavailable" }
+func (e *unavailableError) Code() string { return string(kumikotype.CodeUnavailable) }
 
 // Reason is the finer reason code.
 func (e *unavailableError) Reason() string { return "database_unavailable" }

@@ -1,5 +1,7 @@
 package feature
 
+import "github.com/kumiko-go/kumiko/kumikotype"
+
 // RefusedError is a handler refusing a request on business grounds: a state
 // transition that is not allowed, a rule of the domain. It reaches the client
 // as 422 unprocessable with the reason, and nothing the request wrote is kept.
@@ -23,7 +25,7 @@ func (e *RefusedError) Error() string {
 }
 
 // Code is the stable error code "unprocessable".
-func (e *RefusedError) Code() string { return "unprocessable" }
+func (e *RefusedError) Code() string { return string(kumikotype.CodeUnprocessable) }
 
 // Reason is the code given to Refuse.
 func (e *RefusedError) Reason() string { return e.reason }

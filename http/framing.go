@@ -281,9 +281,8 @@ func unhex(b byte) (byte, bool) {
 
 // The problem of a request body in a content coding the API does not read.
 const (
-	codeUnsupportedMediaType = "unsupported_media_type"
-	reasonContentEncoding    = "content_encoding"
-	headerContentEncoding    = "Content-Encoding"
+	reasonContentEncoding = "content_encoding"
+	headerContentEncoding = "Content-Encoding"
 )
 
 // refuseContentEncoding answers 415 unsupported_media_type (reason

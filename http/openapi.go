@@ -3,7 +3,6 @@ package http
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -151,7 +151,7 @@ func oneOfSuffix(names []string, suffix string) map[string]any {
 
 // problemSchema is the application/problem+json body of every error.
 func problemSchema() map[string]any {
-	codes := slices.Sorted(maps.Keys(titles))
+	codes := kumikotype.Codes()
 	str := map[string]any{"type": "string"}
 	return map[string]any{
 		"type":        "object",

@@ -7,19 +7,21 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// Codes the adapter answers on its own, next to the pipeline's codes, and
-// other wire constants of the error contract.
+// Codes the adapter answers on its own, next to the pipeline's codes (all
+// of them kumikotype's), and other wire constants of the error contract.
 const (
-	codePayloadTooLarge       = "payload_too_large"
-	codeRateLimited           = "rate_limited"
-	codeMethodNotAllowed      = "method_not_allowed"
-	codeClientClosed          = "client_closed"
-	problemTypeBase           = "https://kumiko.dev/problems/"
-	contentTypeProblem        = "application/problem+json"
+	codePayloadTooLarge       = string(kumikotype.CodePayloadTooLarge)
+	codeRateLimited           = string(kumikotype.CodeRateLimited)
+	codeMethodNotAllowed      = string(kumikotype.CodeMethodNotAllowed)
+	codeClientClosed          = string(kumikotype.CodeClientClosed)
+	codeUnsupportedMediaType  = string(kumikotype.CodeUnsupportedMediaType)
+	problemTypeBase           = kumikotype.ProblemTypeBase
+	contentTypeProblem        = kumikotype.ContentTypeProblem
 	contentTypeJSON           = "application/json"
 	retryAfterSeconds         = "1"
 	genericInternalDetail     = "internal error"
@@ -38,87 +40,17 @@ const (
 // kumiko_http_* metrics record, so a client that went away is neither a
 // server error nor a 2xx. The answer goes to a closed connection; only a
 // client that merely closed its sending side could read it.
-const statusClientClosed = 499
+const statusClientClosed = kumikotype.StatusClientClosed
 
 // statusOf is the HTTP status of an error code (and, for
-// idempotency_conflict, its reason). An unknown code is a 500.
-func statusOf(code, reason string) int {
-	switch code {
-	case pipeline.CodeValidation:
-		return http.StatusBadRequest
-	case pipeline.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case pipeline.CodeAccessDenied:
-		return http.StatusForbidden
-	case pipeline.CodeNotFound:
-		return http.StatusNotFound
-	case codeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case pipeline.CodeVersionConflict, pipeline.CodeStreamArchived, pipeline.CodeUniqueViolation:
-		return http.StatusConflict
-	case pipeline.CodeIdempotencyConflict:
-		if reason == pipeline.ReasonKeyReused {
-			return http.StatusUnprocessableEntity
-		}
-		return http.StatusConflict
-	case pipeline.CodeUnprocessable:
-		return http.StatusUnprocessableEntity
-	case codePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case codeUnsupportedMediaType:
-		return http.StatusUnsupportedMediaType
-	case codeRateLimited:
-		return http.StatusTooManyRequests
-	case codeClientClosed:
-		return statusClientClosed
-	case pipeline.CodeProjectionRebuilding, pipeline.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+// idempotency_conflict, its reason): kumikotype's mapping, which the ops
+// console shares. An unknown code is a 500.
+func statusOf(code, reason string) int { return kumikotype.Code(code).Status(reason) }
 
-var titles = map[string]string{
-	pipeline.CodeValidation:           "Validation failed",
-	pipeline.CodeUnauthenticated:      "Unauthenticated",
-	pipeline.CodeAccessDenied:         "Access denied",
-	pipeline.CodeNotFound:             "Not found",
-	codeMethodNotAllowed:              "Method not allowed",
-	pipeline.CodeVersionConflict:      "Version conflict",
-	pipeline.CodeStreamArchived:       "Stream archived",
-	pipeline.CodeUniqueViolation:      "Unique violation",
-	pipeline.CodeIdempotencyConflict:  "Idempotency conflict",
-	pipeline.CodeUnprocessable:        "Unprocessable request",
-	codePayloadTooLarge:               "Payload too large",
-	codeUnsupportedMediaType:          "Unsupported media type",
-	codeRateLimited:                   "Too many requests",
-	codeClientClosed:                  "Client closed request",
-	pipeline.CodeProjectionRebuilding: "Projection rebuild in progress",
-	pipeline.CodeUnavailable:          "Service unavailable",
-	pipeline.CodeInternal:             "Internal server error",
-}
+// problem is the application/problem+json body of every error.
+type problem = kumikotype.Problem
 
-// problem is the application/problem+json body of every error (RFC 9457
-// plus the contract's members).
-type problem struct {
-	Type      string         `json:"type"`
-	Title     string         `json:"title"`
-	Status    int            `json:"status"`
-	Code      string         `json:"code"`
-	Reason    string         `json:"reason"`
-	Detail    string         `json:"detail"`
-	RequestID string         `json:"requestId"`
-	Fields    []fieldProblem `json:"fields,omitempty"`
-	// FieldsTotal counts every problem found, with Fields: Fields lists at
-	// most registry.MaxFieldErrors of them.
-	FieldsTotal int            `json:"fieldsTotal,omitempty"`
-	Details     map[string]any `json:"details,omitempty"`
-}
-
-type fieldProblem struct {
-	Path    string `json:"path"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type fieldProblem = kumikotype.FieldProblem
 
 // apiError is a failure the adapter detects itself. Its cause is logged,
 // never shown.
@@ -222,7 +154,7 @@ func toProblem(err error) (p problem, header http.Header, cause error) {
 	}
 	p.Fields, p.FieldsTotal = capFields(p.Fields, err)
 	p.Type = problemTypeBase + p.Code
-	p.Title = titles[p.Code]
+	p.Title = kumikotype.Code(p.Code).Title()
 	switch p.Status {
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		header.Set("Retry-After", retryAfterSeconds)

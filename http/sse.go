@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/sse"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -36,9 +36,6 @@ const (
 	DefaultMaxStreamsPerUser = 16
 	// DefaultMaxStreams is the default of Config.MaxStreams.
 	DefaultMaxStreams = 1000
-	// sseWriteTimeout bounds one write to a client: a client that accepts
-	// no data for this long has its stream ended.
-	sseWriteTimeout = 30 * time.Second
 	// sseMaxTypes is the most event types ?types= may name.
 	sseMaxTypes = 100
 	// contentTypeEventStream is the media type of GET /api/events.
@@ -444,8 +441,8 @@ func (s *Server) events(c echo.Context) error {
 	}
 
 	w := startStream(c)
-	defer w.release()
-	if err := w.flush(); err != nil {
+	defer w.Release()
+	if err := w.Flush(); err != nil {
 		return nil // the client is gone
 	}
 
@@ -528,21 +525,9 @@ func parseEventsRequest(c echo.Context) (eventsRequest, error) {
 }
 
 // startStream answers 200 with the event-stream headers; the caller
-// flushes them and calls release when the stream ends.
-func startStream(c echo.Context) *sseWriter {
-	res := c.Response()
-	rc := http.NewResponseController(res)
-	// A stream outlives the server's read and write timeouts: it clears
-	// them (each write sets its own deadline), and a client that goes
-	// away is still noticed by the server's read of the connection.
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	h := res.Header()
-	h.Set(echo.HeaderContentType, contentTypeEventStream)
-	h.Set(echo.HeaderCacheControl, "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	res.WriteHeader(http.StatusOK)
-	return &sseWriter{res: res, rc: rc}
+// flushes them and calls Release when the stream ends.
+func startStream(c echo.Context) *sse.Writer {
+	return sse.Start(c.Response(), "no-cache")
 }
 
 // sseStream is one open stream: its request, its hub client, its writer
@@ -550,7 +535,7 @@ func startStream(c echo.Context) *sseWriter {
 type sseStream struct {
 	c       echo.Context
 	cl      *sseClient
-	w       *sseWriter
+	w       *sse.Writer
 	expired <-chan time.Time
 }
 
@@ -572,18 +557,22 @@ func (s *Server) replay(st *sseStream, next func() (eventstore.Event, error, boo
 		if !st.cl.types.match(ev.Type) {
 			continue
 		}
-		if err := st.w.write(renderFor(ev, s.hub.guard.hidden(ev.Type, st.cl.user))); err != nil {
+		frame, err := renderFor(ev, s.hub.guard.hidden(ev.Type, st.cl.user))
+		if err == nil {
+			err = st.w.Write(frame)
+		}
+		if err != nil {
 			return true, nil
 		}
 		select {
 		case <-st.cl.gone:
 			return true, s.streamEnded(st)
 		case <-st.expired:
-			return true, st.w.end(tokenExpiredFrame)
+			return true, st.w.End(tokenExpiredFrame)
 		default:
 		}
 	}
-	if err := st.w.flush(); err != nil {
+	if err := st.w.Flush(); err != nil {
 		return true, nil
 	}
 	return false, nil
@@ -611,24 +600,24 @@ func (s *Server) live(st *sseStream, req eventsRequest) error {
 		case <-cl.gone:
 			return s.streamEnded(st)
 		case <-st.expired:
-			return w.end(tokenExpiredFrame)
+			return w.End(tokenExpiredFrame)
 		case <-beat.C:
-			if err := w.writeRaw(heartbeatFrame); err != nil {
+			if err := w.Write(heartbeatFrame); err != nil {
 				return nil
 			}
-			if err := w.flush(); err != nil {
+			if err := w.Flush(); err != nil {
 				return nil
 			}
 			dirty = false
 		case f := <-cl.frames:
 			if !req.resume || f.id > req.after { // else the client had it already
-				if err := w.writeRaw(f.raw); err != nil {
+				if err := w.Write(f.raw); err != nil {
 					return nil
 				}
 				dirty = true
 			}
 			if dirty && len(cl.frames) == 0 { // flush once a burst is written
-				if err := w.flush(); err != nil {
+				if err := w.Flush(); err != nil {
 					return nil
 				}
 				dirty = false
@@ -645,48 +634,7 @@ func (s *Server) streamEnded(st *sseStream) error {
 		return nil
 	}
 	infoOf(st.c).log.Warn("event stream: client too slow; disconnected (it resumes with Last-Event-ID)", "buffer", s.hub.buffer)
-	return st.w.end(overflowFrame)
-}
-
-// sseWriter writes frames with a deadline each, so a client that stops
-// reading cannot hold the handler for long.
-type sseWriter struct {
-	res *echo.Response
-	rc  *http.ResponseController
-}
-
-// release clears the write deadline: the connection may serve more
-// requests after the stream.
-func (w *sseWriter) release() { _ = w.rc.SetWriteDeadline(time.Time{}) }
-
-func (w *sseWriter) write(frame []byte, err error) error {
-	if err != nil {
-		return err
-	}
-	return w.writeRaw(frame)
-}
-
-func (w *sseWriter) writeRaw(frame []byte) error {
-	if err := w.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	_, err := w.res.Write(frame)
-	return err
-}
-
-// end writes a last frame and flushes; the stream ends after it either way.
-func (w *sseWriter) end(frame []byte) error {
-	if err := w.writeRaw(frame); err == nil {
-		_ = w.flush()
-	}
-	return nil
-}
-
-func (w *sseWriter) flush() error {
-	if err := w.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	return w.rc.Flush()
+	return st.w.End(overflowFrame)
 }
 
 // sseTypes parses ?types=a.b,c.*; nil means every type. A pattern ends in

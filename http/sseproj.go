@@ -99,7 +99,7 @@ func (s *Server) projectionEvents(c echo.Context) error {
 	}
 
 	w := startStream(c)
-	defer w.release()
+	defer w.Release()
 	rs.st = &sseStream{c: c, cl: cl, w: w}
 	if exp, ok := tokenExpiryOf(c); ok {
 		t := time.NewTimer(time.Until(exp))
@@ -109,7 +109,7 @@ func (s *Server) projectionEvents(c echo.Context) error {
 	if err := first(); err != nil {
 		return nil // the client is gone, or the read failed (logged): it resumes
 	}
-	if err := w.flush(); err != nil {
+	if err := w.Flush(); err != nil {
 		return nil
 	}
 	return rs.live()
@@ -249,12 +249,12 @@ func (rs *rowStream) live() error {
 		case <-cl.gone:
 			return rs.s.streamEnded(st)
 		case <-st.expired:
-			return st.w.end(tokenExpiredFrame)
+			return st.w.End(tokenExpiredFrame)
 		case <-beat.C:
-			if err := st.w.writeRaw(heartbeatFrame); err != nil {
+			if err := st.w.Write(heartbeatFrame); err != nil {
 				return nil
 			}
-			if err := st.w.flush(); err != nil {
+			if err := st.w.Flush(); err != nil {
 				return nil
 			}
 		case <-waitC:
@@ -320,7 +320,7 @@ func (rs *rowStream) sendChanges() (settled bool, err error) {
 			return true, err
 		}
 	}
-	return true, rs.st.w.flush()
+	return true, rs.st.w.Flush()
 }
 
 // sendDiff reads the rows again and sends what differs from the rows the
@@ -383,7 +383,7 @@ func (rs *rowStream) sendRaw(id int64, event string, data []byte) error {
 	b = append(b, "\ndata: "...)
 	b = append(b, data...)
 	b = append(b, "\n\n"...)
-	return rs.st.w.writeRaw(b)
+	return rs.st.w.Write(b)
 }
 
 // readFailed logs a failed read of a stream that has started: the stream

@@ -12,6 +12,8 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // ErrDeadNotFound is returned (wrapped) when no dead message matches; its
@@ -21,7 +23,7 @@ var ErrDeadNotFound error = deadNotFound{}
 type deadNotFound struct{}
 
 func (deadNotFound) Error() string  { return "no such dead message" }
-func (deadNotFound) Code() string   { return "not_found" }
+func (deadNotFound) Code() string   { return string(kumikotype.CodeNotFound) }
 func (deadNotFound) Reason() string { return "dead_message_not_found" }
 func (deadNotFound) Detail() string { return "no such dead message" }
 

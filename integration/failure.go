@@ -5,10 +5,12 @@ import (
 	"strings"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // codeInternal is the code of a failure that names none of its own.
-const codeInternal = "internal_error"
+const codeInternal = string(kumikotype.CodeInternal)
 
 // failure is an error whose text starts with its code, as the dead
 // messages show it: "validation_error: message …: …",

@@ -423,7 +423,17 @@ func (r *Rabbit) consume(ctx, work context.Context, conn *amqp.Connection, chs [
 		if chs[i] == nil {
 			continue
 		}
-		deliveries, err := chs[i].ConsumeWithContext(ctx, rt.queue, "", false, false, false, false, nil)
+		consumeCtx := ctx
+		if rt.key != nil {
+			// The ordered queue's consumer stays registered until the
+			// connection closes: cancelling it at a stop would hand the
+			// queue to a standing-by instance while this one still holds
+			// earlier messages of some keys, which the broker returns only
+			// when the connection goes — after the other instance took
+			// later ones.
+			consumeCtx = context.WithoutCancel(ctx)
+		}
+		deliveries, err := chs[i].ConsumeWithContext(consumeCtx, rt.queue, "", false, false, false, false, nil)
 		if err != nil {
 			return err
 		}

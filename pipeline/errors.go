@@ -9,26 +9,28 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// Stable error codes of the error contract. The HTTP layer maps each to its
-// status; the pipeline never speaks HTTP.
+// Stable error codes of the error contract, as strings: the codes are
+// kumikotype's (a new code is added there), which also maps each to its
+// HTTP status; the pipeline never speaks HTTP.
 const (
-	CodeValidation      = "validation_error"
-	CodeUnauthenticated = "unauthenticated"
-	CodeAccessDenied    = "access_denied"
-	CodeNotFound        = "not_found"
-	CodeVersionConflict = "version_conflict"
-	CodeStreamArchived  = "stream_archived"
-	CodeUniqueViolation = "unique_violation"
-	CodeUnprocessable   = "unprocessable"
-	CodeUnavailable     = "unavailable"
+	CodeValidation      = string(kumikotype.CodeValidation)
+	CodeUnauthenticated = string(kumikotype.CodeUnauthenticated)
+	CodeAccessDenied    = string(kumikotype.CodeAccessDenied)
+	CodeNotFound        = string(kumikotype.CodeNotFound)
+	CodeVersionConflict = string(kumikotype.CodeVersionConflict)
+	CodeStreamArchived  = string(kumikotype.CodeStreamArchived)
+	CodeUniqueViolation = string(kumikotype.CodeUniqueViolation)
+	CodeUnprocessable   = string(kumikotype.CodeUnprocessable)
+	CodeUnavailable     = string(kumikotype.CodeUnavailable)
 	// CodeProjectionRebuilding answers a query of a projection whose table
 	// is still being built for the first time: it would return partial
 	// rows. Retry later.
-	CodeProjectionRebuilding = "projection_rebuild_in_progress"
-	CodeInternal             = "internal_error"
+	CodeProjectionRebuilding = string(kumikotype.CodeProjectionRebuilding)
+	CodeInternal             = string(kumikotype.CodeInternal)
 )
 
 // Error is a request failure as the client may see it: a stable Code, a finer
@@ -195,6 +197,6 @@ const ReasonHandlerPanic = "handler_panic"
 // Reasons of idempotency_conflict: the key was used for a request with
 // another body, or the request was applied and its response is gone.
 const (
-	ReasonKeyReused      = "key_reused"
+	ReasonKeyReused      = kumikotype.ReasonKeyReused
 	ReasonAlreadyApplied = "already_applied"
 )

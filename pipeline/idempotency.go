@@ -11,12 +11,13 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/internal/lazytx"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // CodeIdempotencyConflict is the code of a keyed request that was already
 // applied (reason already_applied) or whose key belongs to another request
 // (reason key_reused).
-const CodeIdempotencyConflict = "idempotency_conflict"
+const CodeIdempotencyConflict = string(kumikotype.CodeIdempotencyConflict)
 
 // recordKey queues the caller's idempotency key for the write transaction:
 // it travels to the database with the transaction's first statement. The

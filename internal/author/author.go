@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // PanicError is a recovered panic of author code. Its message names the
@@ -27,7 +29,7 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
 // Code is the stable error code of a panic: internal_error.
-func (e *PanicError) Code() string { return "internal_error" }
+func (e *PanicError) Code() string { return string(kumikotype.CodeInternal) }
 
 // Reason is handler_panic (pipeline.ReasonHandlerPanic).
 func (e *PanicError) Reason() string { return "handler_panic" }

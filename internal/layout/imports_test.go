@@ -25,6 +25,10 @@ var forbidden = map[string][]string{
 	// Jobs know the dispatcher and the event store; the executor turns the
 	// registry's jobs into jobs.Job values and runs their handlers.
 	"jobs": {"pipeline", "registry", "http", "kumiko", "cli", "internal/ops"},
+	// The shared vocabulary and the stream writer are the bottom: they
+	// import nothing of kumiko.
+	"kumikotype":   {"feature", "registry", "eventstore", "consumer", "pipeline", "integration", "jobs", "lock", "idempotency", "console", "http", "kumiko", "cli", "internal/ops"},
+	"internal/sse": {"feature", "registry", "eventstore", "consumer", "pipeline", "integration", "jobs", "lock", "idempotency", "console", "http", "kumiko", "cli", "internal/ops", "kumikotype"},
 	// Locks stand on their own.
 	"lock": {"feature", "registry", "eventstore", "consumer", "pipeline", "jobs", "http", "kumiko", "cli", "internal/ops"},
 }

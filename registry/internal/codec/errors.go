@@ -3,6 +3,8 @@ package codec
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // MaxFieldErrors is the most problems a [ValidationError] lists. Past it
@@ -61,7 +63,7 @@ func (e *ValidationError) Error() string {
 }
 
 // Code is the stable error code "validation_error".
-func (e *ValidationError) Code() string { return "validation_error" }
+func (e *ValidationError) Code() string { return string(kumikotype.CodeValidation) }
 
 func invalid(fields ...FieldError) *ValidationError {
 	var p problems
