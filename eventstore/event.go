@@ -1,10 +1,9 @@
 package eventstore
 
 import (
-	"encoding/json"
-	"time"
-
 	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // SystemTenant holds streams that belong to no customer.
@@ -25,15 +24,9 @@ type Stream struct {
 }
 
 // Metadata travels with every event. Empty fields are omitted when stored, so a
-// round trip returns exactly what was written.
-type Metadata struct {
-	UserID         string            `json:"userId,omitempty"`
-	RequestID      string            `json:"requestId,omitempty"`
-	CorrelationID  string            `json:"correlationId,omitempty"`
-	CausationID    string            `json:"causationId,omitempty"`
-	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
-	Headers        map[string]string `json:"headers,omitempty"`
-}
+// round trip returns exactly what was written. It is kumikotype's record,
+// which feature.Metadata is too.
+type Metadata = kumikotype.Metadata
 
 // NewEvent is an event to append.
 type NewEvent struct {
@@ -47,30 +40,9 @@ type NewEvent struct {
 }
 
 // Event is a stored event as read back: upcast to the current event version
-// when an upcaster is configured.
-type Event struct {
-	// ID is the global position: ascending in allocation order, not
-	// necessarily in commit order.
-	ID            int64
-	AggregateID   uuid.UUID
-	AggregateType string
-	TenantID      uuid.UUID
-	Version       int
-	Type          string
-	EventVersion  int
-	Payload       json.RawMessage
-	Metadata      Metadata
-	CreatedAt     time.Time
-	CreatedBy     string
-
-	// StoredEventVersion and StoredPayload are the row as written, before
-	// upcasting. They equal EventVersion and Payload when nothing was upcast.
-	StoredEventVersion int
-	StoredPayload      json.RawMessage
-}
-
-// Upcasted reports whether reading changed the event from its stored form.
-func (e Event) Upcasted() bool { return e.EventVersion != e.StoredEventVersion }
+// when an upcaster is configured (see kumikotype.Event). feature.Event is
+// the same type: what the store reads reaches feature code as it is.
+type Event = kumikotype.Event
 
 // AppendResult describes what an append wrote to one stream.
 type AppendResult struct {

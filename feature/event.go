@@ -3,43 +3,20 @@ package feature
 import (
 	"encoding/json"
 	"fmt"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // Event is a stored event as apply functions see it: upcast to the current
-// version of its type, so Payload always has the current shape.
-type Event struct {
-	// ID is the global position in the event log.
-	ID            int64
-	AggregateID   uuid.UUID
-	AggregateType string
-	TenantID      uuid.UUID
-	// Version is the event's 1-based position in its stream.
-	Version int
-	Type    string
-	// EventVersion is the payload schema generation (after upcasting).
-	EventVersion int
-	// Payload is the JSON object of the event; see [Decode].
-	Payload   json.RawMessage
-	Metadata  Metadata
-	CreatedAt time.Time
-	CreatedBy string
-}
+// version of its type, so Payload always has the current shape. It is the
+// event store's record (eventstore.Event, kumikotype.Event), handed over
+// without a copy.
+type Event = kumikotype.Event
 
-// Metadata travels with every event. Its fields mirror the event store's, so
-// the two convert into each other directly.
-type Metadata struct {
-	UserID         string            `json:"userId,omitempty"`
-	RequestID      string            `json:"requestId,omitempty"`
-	CorrelationID  string            `json:"correlationId,omitempty"`
-	CausationID    string            `json:"causationId,omitempty"`
-	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
-	Headers        map[string]string `json:"headers,omitempty"`
-}
+// Metadata travels with every event (eventstore.Metadata,
+// kumikotype.Metadata).
+type Metadata = kumikotype.Metadata
 
 // Decode unmarshals e's payload into a T. It is lenient about fields T does
 // not have, so a consumer may decode another feature's event into a struct

@@ -1,8 +1,10 @@
 // Package kumikotype holds what every layer of kumiko shares and none owns:
-// the error codes of the contract (SPEC §5), the HTTP status and title of
-// each, and the application/problem+json body every error answer has. It
-// imports nothing of kumiko, so the pipeline, the HTTP adapter and the ops
-// console speak one vocabulary.
+// the stored event and its metadata (eventstore.Event and feature.Event are
+// Event), the error codes of the contract (SPEC §5) with the HTTP status
+// and title of each, and the application/problem+json body every error
+// answer has. It imports nothing of kumiko, so the event store, feature
+// code, the pipeline, the HTTP adapter and the ops console share one record
+// and one vocabulary.
 //
 // A new error code is added here, and only here: a Code constant, its
 // status in Code.Status and its title in Code.Title.

@@ -278,7 +278,7 @@ func (cc *commandContext) newAggregate(id uuid.UUID, typ string, snap *eventstor
 		}
 	}
 	for _, e := range evs {
-		a.events = append(a.events, featureEvent(e))
+		a.events = append(a.events, e)
 		a.version = e.Version
 	}
 	if a.entity != nil {
@@ -319,7 +319,7 @@ func (a *aggregate) Append(eventType string, payload any) error {
 			return err
 		}
 	}
-	a.events = append(a.events, featureEvent(ev))
+	a.events = append(a.events, ev)
 	a.version = ev.Version
 	return nil
 }

@@ -88,7 +88,7 @@ func (jc *jobContext) Event() (feature.Event, bool) {
 	if err != nil || len(evs) == 0 || evs[0].TenantID != jc.Tenant() {
 		return feature.Event{}, false
 	}
-	return featureEvent(evs[0]), true
+	return evs[0], true
 }
 
 // Enqueue implements feature.CommandContext: the job is inserted in the

@@ -73,7 +73,7 @@ func (d *Executor) applyMSP(ctx context.Context, tx pgx.Tx, m *registry.MSP, tab
 			source: StreamKey(ev.AggregateType, ev.AggregateID)},
 		table: table,
 	}
-	err := apply(ac, featureEvent(ev))
+	err := apply(ac, ev)
 	return len(c.appended), err
 }
 

@@ -489,7 +489,7 @@ func (r *rebuild) apply(ctx context.Context, db feature.DB, tx pgx.Tx, ev events
 	err := author.Run(r.d.log, func() (err error) {
 		if r.t.kind == ProjectionInline {
 			apply, _ := r.t.proj.Apply(ev.Type)
-			return apply(&projectionContext{ctx: ctx, db: db, tenant: ev.TenantID, table: table}, featureEvent(ev))
+			return apply(&projectionContext{ctx: ctx, db: db, tenant: ev.TenantID, table: table}, ev)
 		}
 		appended, err = r.d.applyMSP(ctx, tx, r.t.msp, table, ev)
 		return err

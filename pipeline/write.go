@@ -237,7 +237,7 @@ func (d *Executor) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event) 
 			continue
 		}
 		pc := &projectionContext{ctx: ctx, db: tx, tenant: ev.TenantID, table: d.qualify(p.Table().Name)}
-		if err := apply(pc, featureEvent(ev)); err != nil {
+		if err := apply(pc, ev); err != nil {
 			return nil, fmt.Errorf("projection %s: %s: %w", p.Name(), ev.Type, err)
 		}
 	}
@@ -340,12 +340,4 @@ func encodeAny(v any) (json.RawMessage, error) {
 		return json.RawMessage(`{}`), nil
 	}
 	return json.Marshal(v)
-}
-
-func featureEvent(e eventstore.Event) feature.Event {
-	return feature.Event{
-		ID: e.ID, AggregateID: e.AggregateID, AggregateType: e.AggregateType, TenantID: e.TenantID,
-		Version: e.Version, Type: e.Type, EventVersion: e.EventVersion, Payload: e.Payload,
-		Metadata: feature.Metadata(e.Metadata), CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy,
-	}
 }

@@ -1,0 +1,50 @@
+package kumikotype
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Event is a stored event as read back, one record for the event store,
+// the dispatcher and feature code alike (eventstore.Event and
+// feature.Event are this type): upcast to the current version of its type
+// when the store has an upcaster, so Payload has the current shape.
+type Event struct {
+	// ID is the global position in the event log: ascending in allocation
+	// order, not necessarily in commit order.
+	ID            int64
+	AggregateID   uuid.UUID
+	AggregateType string
+	TenantID      uuid.UUID
+	// Version is the event's 1-based position in its stream.
+	Version int
+	Type    string
+	// EventVersion is the payload schema generation (after upcasting).
+	EventVersion int
+	// Payload is the JSON object of the event; see feature.Decode.
+	Payload   json.RawMessage
+	Metadata  Metadata
+	CreatedAt time.Time
+	CreatedBy string
+
+	// StoredEventVersion and StoredPayload are the row as written, before
+	// upcasting. They equal EventVersion and Payload when nothing was upcast.
+	StoredEventVersion int
+	StoredPayload      json.RawMessage
+}
+
+// Upcasted reports whether reading changed the event from its stored form.
+func (e Event) Upcasted() bool { return e.EventVersion != e.StoredEventVersion }
+
+// Metadata travels with every event. Empty fields are omitted when stored,
+// so a round trip returns exactly what was written.
+type Metadata struct {
+	UserID         string            `json:"userId,omitempty"`
+	RequestID      string            `json:"requestId,omitempty"`
+	CorrelationID  string            `json:"correlationId,omitempty"`
+	CausationID    string            `json:"causationId,omitempty"`
+	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+}
