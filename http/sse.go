@@ -38,8 +38,6 @@ const (
 	DefaultMaxStreams = 1000
 	// sseMaxTypes is the most event types ?types= may name.
 	sseMaxTypes = 100
-	// contentTypeEventStream is the media type of GET /api/events.
-	contentTypeEventStream = "text/event-stream"
 	// headerLastEventID is the header an EventSource resumes with.
 	headerLastEventID = "Last-Event-ID"
 )
