@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/kumiko-go/kumiko/kumikotype"
 )
@@ -55,56 +53,10 @@ const (
 // Error is a refused consumer operation as a client may see it: a stable
 // Code, a finer Reason, a Detail sentence safe to show, and structured
 // Details (consumer, instanceId, cursor, …). The cause, which wraps one of
-// the sentinels, is kept for logs and errors.Is, never shown.
-type Error struct {
-	code, reason, detail string
-	details              map[string]any
-	cause                error
-}
+// the sentinels, is kept for logs and errors.Is, never shown. It is
+// kumikotype.Error, the one error type of the contract.
+type Error = kumikotype.Error
 
 func newError(code, reason, detail string, cause error) *Error {
-	if reason == "" {
-		reason = code
-	}
-	return &Error{code: code, reason: reason, detail: detail, cause: cause}
-}
-
-// Code is the stable error code: not_found, unprocessable or
-// validation_error.
-func (e *Error) Code() string { return e.code }
-
-// Reason is the finer reason code (one of the Reason constants, or the code).
-func (e *Error) Reason() string { return e.reason }
-
-// Detail is a sentence safe to show to the operator.
-func (e *Error) Detail() string { return e.detail }
-
-// Details are the structured extras; nil when there are none.
-func (e *Error) Details() map[string]any { return e.details }
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.code)
-	if e.reason != e.code {
-		fmt.Fprintf(&b, " (%s)", e.reason)
-	}
-	if e.detail != "" {
-		b.WriteString(": " + e.detail)
-	}
-	if e.cause != nil {
-		b.WriteString(": " + e.cause.Error())
-	}
-	return b.String()
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.cause }
-
-// with sets a detail and returns e, for chaining.
-func (e *Error) with(key string, v any) *Error {
-	if e.details == nil {
-		e.details = map[string]any{}
-	}
-	e.details[key] = v
-	return e
+	return kumikotype.NewError(kumikotype.Code(code), reason, detail, cause)
 }

@@ -176,14 +176,14 @@ func (o *Ops) Skip(ctx context.Context, name, instanceID string) (ShardStatus, e
 			return newError(codeUnprocessable, ReasonNothingToSkip,
 				fmt.Sprintf("consumer %s/%s has no event after its cursor %d to skip", name, sh.instance, sh.cursor),
 				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrNothingToSkip)).
-				with("consumer", name).with("instanceId", sh.instance).with("cursor", sh.cursor)
+				With("consumer", name).With("instanceId", sh.instance).With("cursor", sh.cursor)
 		}
 		head := *next
 		if !sh.settledBelow(head, h) {
 			return newError(codeUnprocessable, ReasonGapUnsettled,
 				fmt.Sprintf("an event before %d may still be committed; retry shortly", head),
 				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrGapUnsettled)).
-				with("consumer", name).with("instanceId", sh.instance).with("cursor", sh.cursor)
+				With("consumer", name).With("instanceId", sh.instance).With("cursor", sh.cursor)
 		}
 		_, err = tx.Exec(ctx, o.sql.skip, name, sh.instance, head, StatusIdle)
 		return err
@@ -257,7 +257,7 @@ func (o *Ops) change(ctx context.Context, op, name, instanceID string, from []st
 			return newError(codeUnprocessable, ReasonWrongState,
 				fmt.Sprintf("consumer %s/%s is %s; %s needs it %s", name, instance, sh.status, op, strings.Join(from, " or ")),
 				fmt.Errorf("%s %s/%s: %w: it is %s", op, name, instance, ErrWrongState, sh.status)).
-				with("consumer", name).with("instanceId", instance).with("status", sh.status)
+				With("consumer", name).With("instanceId", instance).With("status", sh.status)
 		}
 		if err := apply(ctx, tx, sh); err != nil {
 			var ce *Error
@@ -312,7 +312,7 @@ func consumerNotFound(name, instance string) *Error {
 	return newError(codeNotFound, ReasonNotFound,
 		fmt.Sprintf("no consumer %s with instance %s", name, instance),
 		fmt.Errorf("%s/%s: %w", name, instance, ErrNotFound)).
-		with("consumer", name).with("instanceId", instance)
+		With("consumer", name).With("instanceId", instance)
 }
 
 // shardInstance is the instance id of a shard's row: "" means the shared one.

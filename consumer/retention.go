@@ -115,5 +115,5 @@ func consumerLagging(name, instance string, cursor, needed int64) *Error {
 	}
 	return newError(codeUnprocessable, ReasonLagging, detail,
 		fmt.Errorf("prune events: %s/%s at %d, needs %d: %w", name, instance, cursor, needed, ErrLagging)).
-		with("consumer", name).with("instanceId", instance).with("cursor", cursor).with("needed", needed)
+		With("consumer", name).With("instanceId", instance).With("cursor", cursor).With("needed", needed)
 }

@@ -109,7 +109,7 @@ func IssueToken(secret []byte, user, tenant string, roles []string, ttl time.Dur
 		o(&cl)
 	}
 	if _, err := cl.identity(); err != nil {
-		return "", fmt.Errorf("http: IssueToken: %s", err.detail)
+		return "", fmt.Errorf("http: IssueToken: %s", err.Detail())
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, cl).SignedString(secret)
 }
@@ -264,13 +264,10 @@ func (a *authenticator) user(ctx context.Context, header string) (feature.User, 
 	return u, cl.ExpiresAt.Time, nil
 }
 
+// unauthenticated is a 401; its WWW-Authenticate challenge follows the
+// reason (see challenge).
 func unauthenticated(reason, detail string, cause error) *apiError {
-	e := newAPIError(pipeline.CodeUnauthenticated, reason, detail).withCause(cause)
-	e.challenge = `Bearer realm="kumiko"`
-	if reason != pipeline.CodeUnauthenticated {
-		e.challenge += `, error="invalid_token"`
-	}
-	return e
+	return newAPIError(pipeline.CodeUnauthenticated, reason, detail).WithCause(cause)
 }
 
 // authenticate resolves the caller of an /api request; requests without a

@@ -118,7 +118,7 @@ func (s *Server) readyz(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			return newAPIError(pipeline.CodeUnavailable, "not_ready", "the service is not ready; retry later").withCause(err)
+			return newAPIError(pipeline.CodeUnavailable, "not_ready", "the service is not ready; retry later").WithCause(err)
 		}
 	}
 	return respond(c, http.StatusOK, map[string]string{"status": "ready"})

@@ -67,7 +67,7 @@ func (s *Server) idempotent(next echo.HandlerFunc) echo.HandlerFunc {
 			info.log.Warn("idempotency store unavailable; running the keyed request without replay", "err", err)
 			return next(c)
 		case errors.Is(err, idempotency.ErrUnavailable):
-			return newAPIError(pipeline.CodeUnavailable, reasonIdempotencyDown, "idempotent requests cannot be served right now; retry later").withCause(err)
+			return newAPIError(pipeline.CodeUnavailable, reasonIdempotencyDown, "idempotent requests cannot be served right now; retry later").WithCause(err)
 		case err != nil:
 			return pipeline.AsError(err) // the client went away, or a store that broke its contract
 		case resp != nil:

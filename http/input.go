@@ -59,7 +59,7 @@ func readJSON(r *http.Request, limit int64, maxDepth int) ([]byte, error) {
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return nil, invalidInput("unreadable_body", "the request body could not be read").withCause(err)
+		return nil, invalidInput("unreadable_body", "the request body could not be read").WithCause(err)
 	}
 	if int64(len(body)) > limit {
 		return nil, tooLarge
@@ -173,7 +173,7 @@ func (k *keyScan) key(raw []byte) error {
 	}
 	var s string
 	if err := json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &s); err != nil {
-		return invalidInput("invalid_json", "the request body is not valid JSON").withCause(err)
+		return invalidInput("invalid_json", "the request body is not valid JSON").WithCause(err)
 	}
 	return k.add([]byte(s))
 }
@@ -329,7 +329,7 @@ func scanTokens(body []byte, maxDepth int) error {
 			if errors.Is(err, io.EOF) && first {
 				return invalidInput("invalid_json", "the request body is empty")
 			}
-			return invalidInput("invalid_json", "the request body is not valid JSON").withCause(err)
+			return invalidInput("invalid_json", "the request body is not valid JSON").WithCause(err)
 		}
 		if first && tok != json.Delim('{') {
 			return invalidInput("invalid_json", "the request body must be a JSON object")

@@ -114,6 +114,6 @@ func TestScanJSON(t *testing.T) {
 		}
 		var ae *apiError
 		require.ErrorAs(t, err, &ae, body)
-		require.Equal(t, reason, ae.reason, body)
+		require.Equal(t, reason, ae.Reason(), body)
 	}
 }

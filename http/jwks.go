@@ -91,7 +91,7 @@ func (k *keySet) key(ctx context.Context, kid string) (crypto.PublicKey, error) 
 		err = errors.New("no key set fetched yet; the last fetch failed moments ago")
 		fallthrough
 	case empty:
-		return nil, newAPIError(pipeline.CodeUnavailable, reasonJWKSUnavailable, "the signing keys cannot be fetched; retry later").withCause(err)
+		return nil, newAPIError(pipeline.CodeUnavailable, reasonJWKSUnavailable, "the signing keys cannot be fetched; retry later").WithCause(err)
 	}
 	return nil, nil // kid unknown to the set
 }

@@ -52,29 +52,9 @@ type problem = kumikotype.Problem
 
 type fieldProblem = kumikotype.FieldProblem
 
-// apiError is a failure the adapter detects itself. Its cause is logged,
-// never shown.
-type apiError struct {
-	code, reason, detail string
-	fields               []registry.FieldError
-	cause                error
-	// challenge is the WWW-Authenticate value of a 401.
-	challenge string
-}
-
-func (e *apiError) Error() string {
-	msg := e.code + " (" + e.reason + "): " + e.detail
-	if e.cause != nil {
-		msg += ": " + e.cause.Error()
-	}
-	return msg
-}
-
-func (e *apiError) Unwrap() error                 { return e.cause }
-func (e *apiError) Code() string                  { return e.code }
-func (e *apiError) Reason() string                { return e.reason }
-func (e *apiError) Detail() string                { return e.detail }
-func (e *apiError) Fields() []registry.FieldError { return e.fields }
+// apiError is a failure the adapter detects itself: the contract's one
+// error type. Its cause is logged, never shown.
+type apiError = kumikotype.Error
 
 // contractError is what every error the adapter answers with its own code
 // has: the pipeline's, the consumer operations', the event store's and the
@@ -88,18 +68,20 @@ type contractError interface {
 }
 
 func newAPIError(code, reason, detail string) *apiError {
-	if reason == "" {
-		reason = code
-	}
-	return &apiError{code: code, reason: reason, detail: detail}
+	return kumikotype.NewError(kumikotype.Code(code), reason, detail, nil)
 }
 
-func (e *apiError) withCause(err error) *apiError { e.cause = err; return e }
-
 func invalidInput(reason, detail string, fields ...registry.FieldError) *apiError {
-	e := newAPIError(pipeline.CodeValidation, reason, detail)
-	e.fields = fields
-	return e
+	return newAPIError(pipeline.CodeValidation, reason, detail).WithFields(fields)
+}
+
+// challenge is the WWW-Authenticate value of a 401 of reason: a token that
+// was sent and refused (any reason finer than the code) says so.
+func challenge(reason string) string {
+	if reason == "" || reason == pipeline.CodeUnauthenticated {
+		return `Bearer realm="kumiko"`
+	}
+	return `Bearer realm="kumiko", error="invalid_token"`
 }
 
 // toProblem classifies err into the problem to answer, the headers to add
@@ -119,11 +101,8 @@ func toProblem(err error) (p problem, header http.Header, cause error) {
 		if d, ok := ce.(interface{ Details() map[string]any }); ok {
 			p.Details = d.Details()
 		}
-		switch ae, _ := ce.(*apiError); {
-		case ae != nil && ae.challenge != "":
-			header.Set("WWW-Authenticate", ae.challenge)
-		case ae == nil && p.Code == pipeline.CodeUnauthenticated:
-			header.Set("WWW-Authenticate", `Bearer realm="kumiko"`)
+		if p.Code == pipeline.CodeUnauthenticated {
+			header.Set("WWW-Authenticate", challenge(p.Reason))
 		}
 		cause = ce
 	case errors.As(err, &he):
@@ -222,7 +201,7 @@ func echoProblem(he *echo.HTTPError) problem {
 func (s *Server) handleError(err error, c echo.Context) {
 	info := infoOf(c)
 	if s.clientClosed(c.Request().Context(), err) {
-		err = newAPIError(codeClientClosed, "", "the client closed the connection before the answer").withCause(err)
+		err = newAPIError(codeClientClosed, "", "the client closed the connection before the answer").WithCause(err)
 	}
 	p, header, cause := toProblem(err)
 	p.RequestID = info.id

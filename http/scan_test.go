@@ -30,8 +30,8 @@ func FuzzScanValidMatchesTokens(f *testing.F) {
 			t.Fatalf("%s (depth %d): one pass %v, tokens %v", body, maxDepth, fast, slow)
 		}
 		var f, sl *apiError
-		if fast != nil && (!errors.As(fast, &f) || !errors.As(slow, &sl) || f.reason != sl.reason || !slices.Equal(f.fields, sl.fields)) {
-			t.Fatalf("%s (depth %d): one pass %v %v, tokens %v %v", body, maxDepth, fast, f.fields, slow, sl.fields)
+		if fast != nil && (!errors.As(fast, &f) || !errors.As(slow, &sl) || f.Reason() != sl.Reason() || !slices.Equal(f.Fields(), sl.Fields())) {
+			t.Fatalf("%s (depth %d): one pass %v %v, tokens %v %v", body, maxDepth, fast, f.Fields(), slow, sl.Fields())
 		}
 	})
 }

@@ -467,11 +467,11 @@ func (s *Server) events(c echo.Context) error {
 func subscribeFailed(err error) error {
 	switch {
 	case errors.Is(err, errStreamsClosed):
-		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").withCause(err)
+		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").WithCause(err)
 	case errors.Is(err, errTooManyStreams):
-		return newAPIError(codeRateLimited, reasonTooManyStreams, detailTooManyStreams).withCause(err)
+		return newAPIError(codeRateLimited, reasonTooManyStreams, detailTooManyStreams).WithCause(err)
 	case errors.Is(err, errStreamsExhausted):
-		return newAPIError(codeRateLimited, reasonStreamsExhausted, detailStreamsExhausted).withCause(err)
+		return newAPIError(codeRateLimited, reasonStreamsExhausted, detailStreamsExhausted).WithCause(err)
 	}
 	return pipeline.AsError(err)
 }

@@ -2,6 +2,7 @@ package kumikotype_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -44,4 +45,24 @@ func TestProblemWrite(t *testing.T) {
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
 	require.Equal(t, map[string]any{"type": "https://kumiko.dev/problems/not_found", "title": "Not found", "status": float64(404),
 		"code": "not_found", "reason": "not_found", "detail": "nothing here", "requestId": ""}, got)
+}
+
+// The one error type: its text leaves out what is empty, its status
+// follows code and reason, and its cause unwraps.
+func TestError(t *testing.T) {
+	cause := errors.New("deep cause")
+	e := kumikotype.NewError(kumikotype.CodeIdempotencyConflict, kumikotype.ReasonKeyReused, "the key was used before", cause).
+		With("key", "k1").WithFields([]kumikotype.FieldError{{Path: "a", Code: "required", Message: "is required"}})
+	require.Equal(t, "idempotency_conflict (key_reused): the key was used before: deep cause", e.Error())
+	require.Equal(t, http.StatusUnprocessableEntity, e.Status())
+	require.Equal(t, map[string]any{"key": "k1"}, e.Details())
+	require.Len(t, e.Fields(), 1)
+	require.ErrorIs(t, e, cause)
+
+	bare := kumikotype.NewError(kumikotype.CodeNotFound, "", "", nil)
+	require.Equal(t, "not_found", bare.Error())
+	require.Equal(t, "not_found", bare.Reason())
+	require.Equal(t, http.StatusNotFound, bare.Status())
+	require.Nil(t, bare.Details())
+	require.ErrorIs(t, bare.WithCause(cause), cause)
 }

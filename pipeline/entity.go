@@ -67,7 +67,7 @@ func (t *entityTable) uniqueViolation(err error) error {
 		col := pgx.Identifier{ix.Columns[1]}.Sanitize()
 		for _, f := range t.fields {
 			if t.cols[f] == col {
-				return newError(CodeUniqueViolation, "", f+" is already taken", err).with("field", f)
+				return newError(CodeUniqueViolation, "", f+" is already taken", err).With("field", f)
 			}
 		}
 	}
@@ -133,7 +133,7 @@ func (d *Executor) checkReferences(ctx context.Context, db pgx.Tx, c *Caller, t 
 		ref := d.entities[t.specs[f].Ref]
 		notFound := func() error {
 			return newError(CodeUnprocessable, ReasonReferenceNotFound,
-				fmt.Sprintf("%s does not name an existing %s", f, ref.e.Name()), nil).with("field", f)
+				fmt.Sprintf("%s does not name an existing %s", f, ref.e.Name()), nil).With("field", f)
 		}
 		var s string
 		if json.Unmarshal(raw, &s) != nil {

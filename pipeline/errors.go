@@ -35,68 +35,12 @@ const (
 
 // Error is a request failure as the client may see it: a stable Code, a finer
 // Reason, a Detail sentence safe to show, and structured extras. The cause is
-// kept for logs (Unwrap) and never shown. Other packages' errors carry the
-// same methods (consumer.Error, the event store's), which is all the HTTP
-// adapter reads.
-type Error struct {
-	code, reason, detail string
-	fields               []registry.FieldError
-	details              map[string]any
-	cause                error
-}
-
-// Code is the stable error code, one of the Code constants.
-func (e *Error) Code() string { return e.code }
-
-// Reason is the finer reason code; the code when there is none finer.
-func (e *Error) Reason() string { return e.reason }
-
-// Detail is a sentence safe to show to a client.
-func (e *Error) Detail() string { return e.detail }
-
-// Fields lists payload problems (validation_error).
-func (e *Error) Fields() []registry.FieldError { return e.fields }
-
-// Details are structured extras: expectedVersion/currentVersion on
-// conflicts, failedIndex in batches, field on unique violations; nil when
-// there are none.
-func (e *Error) Details() map[string]any { return e.details }
-
-func (e *Error) Error() string {
-	msg := e.code
-	if e.reason != "" && e.reason != e.code {
-		msg += " (" + e.reason + ")"
-	}
-	if e.detail != "" {
-		msg += ": " + e.detail
-	}
-	if e.cause != nil {
-		msg += ": " + e.cause.Error()
-	}
-	return msg
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.cause }
+// kept for logs (Unwrap) and never shown. It is kumikotype.Error, the one
+// error type of the contract, which the consumer operations answer too.
+type Error = kumikotype.Error
 
 func newError(code, reason, detail string, cause error) *Error {
-	if reason == "" {
-		reason = code
-	}
-	return &Error{code: code, reason: reason, detail: detail, cause: cause}
-}
-
-// with sets a detail and returns e, for chaining.
-func (e *Error) with(key string, v any) *Error {
-	e.set(key, v)
-	return e
-}
-
-func (e *Error) set(key string, v any) {
-	if e.details == nil {
-		e.details = map[string]any{}
-	}
-	e.details[key] = v
+	return kumikotype.NewError(kumikotype.Code(code), reason, detail, cause)
 }
 
 // contractError is an error that carries the error contract by behaviour:
@@ -135,14 +79,12 @@ func AsError(err error) *Error {
 		e := newError(ce.Code(), ce.Reason(), ce.Detail(), err)
 		if d, ok := ce.(interface{ Details() map[string]any }); ok {
 			for k, v := range d.Details() {
-				e.set(k, v)
+				e.With(k, v)
 			}
 		}
 		return e
 	case errors.As(err, &ve):
-		e := newError(CodeValidation, "", "the payload is not valid", err)
-		e.fields = ve.Fields
-		return e
+		return newError(CodeValidation, "", "the payload is not valid", err).WithFields(ve.Fields)
 	case errors.Is(err, eventstore.ErrUnknownEventVersion):
 		return newError(CodeInternal, ReasonUnknownEventVersion,
 			"a stored event is of a newer version than this server knows; run the newer release", err)
@@ -174,7 +116,7 @@ func writeError(err error) *Error {
 	return newError(CodeVersionConflict, ReasonUnknownEventVersion,
 		fmt.Sprintf("the aggregate holds event %s at version %d, newer than version %d this server knows; retry on the newer release",
 			unknown.Type, unknown.Version, unknown.Current), err).
-		with("eventType", unknown.Type).with("eventVersion", unknown.Version).with("knownVersion", unknown.Current)
+		With("eventType", unknown.Type).With("eventVersion", unknown.Version).With("knownVersion", unknown.Current)
 }
 
 func notFoundf(reason, format string, args ...any) *Error {

@@ -241,7 +241,7 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 	for i, req := range reqs {
 		h, in, gerr := d.gate(ctx, c, req, registry.KindWrite, registry.KindCommand)
 		if gerr != nil {
-			return nil, gerr.with("failedIndex", i)
+			return nil, gerr.With("failedIndex", i)
 		}
 		hs[i], ins[i] = h, in
 	}
@@ -268,7 +268,7 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 	})
 	if err != nil {
 		if failed >= 0 {
-			err.set("failedIndex", failed)
+			err.With("failedIndex", failed)
 		}
 		return nil, err
 	}
@@ -398,7 +398,7 @@ func (t *entityTable) checkWrite(u feature.User, fields []string, command string
 		if !ok || spec.CanWrite(u.Authenticated, u.HasRole) || (command != "" && slices.Contains(spec.WrittenBy, command)) {
 			continue
 		}
-		return newError(CodeAccessDenied, "field_access", "you may not write the field "+f, nil).with("field", f)
+		return newError(CodeAccessDenied, "field_access", "you may not write the field "+f, nil).With("field", f)
 	}
 	return nil
 }

@@ -131,7 +131,7 @@ func (d *Executor) planList(c *Caller, t *entityTable, in registry.ListInput) (*
 // the order and the cursor would disclose it.
 func (t *entityTable) checkRead(u feature.User, field string) *Error {
 	if spec, ok := t.specs[field]; ok && !spec.CanRead(u.Authenticated, u.HasRole) {
-		return newError(CodeAccessDenied, "field_access", "you may not read the field "+field, nil).with("field", field)
+		return newError(CodeAccessDenied, "field_access", "you may not read the field "+field, nil).With("field", field)
 	}
 	return nil
 }

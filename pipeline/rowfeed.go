@@ -72,7 +72,7 @@ func (d *Executor) RowFeed(name string) (*RowFeed, error) {
 
 func noFeed(name string) *Error {
 	return newError(CodeNotFound, "projection_not_found", "there is no projection "+name+" whose rows a channel can follow", nil).
-		with("projection", name)
+		With("projection", name)
 }
 
 func typeSet(types []string) map[string]bool {

@@ -24,20 +24,9 @@ type ValidationError struct {
 	Omitted int
 }
 
-// FieldError is one problem of a payload.
-type FieldError struct {
-	// Path is the JSON path of the value in camelCase wire names, e.g.
-	// "items[2].name" or `tags["a b"]`; "" for the payload itself.
-	Path string
-	// Code is stable: "invalid_json", "type", "required", "unknown_field",
-	// "max", "min", "oneof", "not_sortable", "duplicate", "range" (a value
-	// the database cannot store, such as a time outside years 1 to 9999),
-	// "invalid_character", or the name of the failing validate tag
-	// ("email", "gte", …).
-	Code string
-	// Message is a sentence for humans, safe to show to clients.
-	Message string
-}
+// FieldError is one problem of a payload: kumikotype's record (see
+// kumikotype.FieldError for its members).
+type FieldError = kumikotype.FieldError
 
 // Error lists every field problem with its path and code.
 func (e *ValidationError) Error() string {
