@@ -153,7 +153,7 @@ func fieldProblems(fs []registry.FieldError) []fieldProblem {
 	}
 	out := make([]fieldProblem, len(fs))
 	for i, f := range fs {
-		out[i] = fieldProblem{Path: f.Path, Code: f.Code, Message: f.Message}
+		out[i] = fieldProblem(f)
 	}
 	return out
 }

@@ -79,7 +79,7 @@ func AsError(err error) *Error {
 		e := newError(ce.Code(), ce.Reason(), ce.Detail(), err)
 		if d, ok := ce.(interface{ Details() map[string]any }); ok {
 			for k, v := range d.Details() {
-				e.With(k, v)
+				_ = e.With(k, v)
 			}
 		}
 		return e

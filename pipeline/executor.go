@@ -268,7 +268,7 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 	})
 	if err != nil {
 		if failed >= 0 {
-			err.With("failedIndex", failed)
+			_ = err.With("failedIndex", failed)
 		}
 		return nil, err
 	}
