@@ -34,7 +34,7 @@ func nodeClient(t *testing.T) string {
 	}
 	c, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(c, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+	cmd := exec.CommandContext(c, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error")
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "npm ci in a copy of samples/node-client: %s", out)
