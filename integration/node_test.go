@@ -67,7 +67,8 @@ func TestNodeClient(t *testing.T) {
 	t.Run("publishes to kumiko", func(t *testing.T) {
 		rc := &receiver{calls: map[string]int{}}
 		billing := receiverApp(t, billingFeature(rc))
-		instance(t, billing, br.transport(t, "billing", 0))
+		rec := newRecorder(t)
+		instanceWith(t, billing, integration.Config{Transport: br.transport(t, "billing", 0), TracerProvider: rec.tp})
 		for _, as := range []string{"number", "string", "none"} {
 			id := node(t, dir, "publish.js", append(brokerEnv, "TYPE=order.shipped", "TENANT="+tenantA.String(),
 				"ID=node-"+as, "VERSION_AS="+as, `BODY={"orderId":"node-`+as+`"}`)...)
@@ -78,9 +79,20 @@ func TestNodeClient(t *testing.T) {
 			require.Equal(t, 2, billing.Count(t, "SELECT count(*) FROM received WHERE message_id = $1 AND order_id = $2 AND tenant_id = $3",
 				integration.MessageID("node-"+as), "node-"+as, tenantA), "both handlers, once, in the tenant (version header %s)", as)
 		}
-		// Sent again (the same id), nothing runs twice.
+		// Sent again (the same id), it is delivered and both handlers skip
+		// it: their inbox rows say they had it.
 		node(t, dir, "publish.js", append(brokerEnv, "TYPE=order.shipped", "TENANT="+tenantA.String(), "ID=node-number", `BODY={"orderId":"node-number"}`)...)
-		require.Eventually(t, func() bool { return br.depth(t, br.prefix+"-billing") == 0 }, 30*time.Second, 20*time.Millisecond)
+		id := integration.MessageID("node-number").String()
+		skipped := func(handler string) bool {
+			for _, sp := range rec.named("integration.handle order.shipped " + handler) {
+				if attr(sp, "messaging.message.id").AsString() == id && attr(sp, "kumiko.skipped").AsBool() {
+					return true
+				}
+			}
+			return false
+		}
+		require.Eventually(t, func() bool { return skipped("invoice") && skipped("notify") }, 30*time.Second, 20*time.Millisecond,
+			"the resent message reaches both handlers, which skip it")
 		require.Equal(t, 6, billing.Count(t, "SELECT count(*) FROM received"))
 	})
 

@@ -83,15 +83,17 @@ func (l *lanes) release() { <-l.slots }
 // and the lane goes on with the next message. When ctx ends (a stop or a
 // lost connection) a waiting message is left to the broker.
 func (r *Rabbit) deliverInOrder(ctx, work context.Context, l *lanes, queue, key string, d amqp.Delivery, handle func(context.Context, feature.Message) error) {
+	m, broken := message(d)
+	if broken != nil {
+		broken = invalid(fmt.Sprintf("message %s of %s", m.ID, m.Type), broken)
+	}
 	for attempt := failedDeliveries(d) + 1; ; attempt++ {
 		if !l.acquire(ctx) {
 			return
 		}
 		end := r.deliveries.Begin("message " + d.Type + " " + d.MessageId)
-		m, err := message(d)
-		if err != nil {
-			err = invalid(fmt.Sprintf("message %s of %s", m.ID, m.Type), err)
-		} else {
+		err := broken
+		if err == nil {
 			err = handle(withAttempt(work, attempt), m)
 		}
 		log := r.cfg.Logger.With("queue", queue, "message_id", m.ID, "type", m.Type, "key", key, "attempt", attempt)

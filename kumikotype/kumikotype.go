@@ -156,19 +156,11 @@ type FieldProblem struct {
 // NewProblem is the problem of code with reason (the code when empty) and
 // detail, its type, title and status filled in.
 func NewProblem(code Code, reason, detail string) Problem {
-	p := Problem{Code: string(code), Reason: reason, Detail: detail}
-	p.Fill()
-	return p
-}
-
-// Fill sets the reason (to the code when empty), the type, the title and
-// the status from the code.
-func (p *Problem) Fill() {
-	if p.Reason == "" {
-		p.Reason = p.Code
+	if reason == "" {
+		reason = string(code)
 	}
-	c := Code(p.Code)
-	p.Type, p.Title, p.Status = ProblemTypeBase+p.Code, c.Title(), c.Status(p.Reason)
+	return Problem{Type: ProblemTypeBase + string(code), Title: code.Title(), Status: code.Status(reason),
+		Code: string(code), Reason: reason, Detail: detail}
 }
 
 // Write answers p on w with its status, as application/problem+json, not

@@ -174,7 +174,7 @@ func (b *bench) relayThroughput(ctx context.Context, ch *amqp.Channel, url, exch
 			if side == 0 {
 				err = drainRelay(ctx, d, last)
 			} else {
-				err = raw.publish(ctx, b.n.relay)
+				err = raw.publish(ctx, b.n.relay, 0)
 			}
 			if err != nil {
 				return row{}, fmt.Errorf("%s: %w", name, err)
@@ -257,11 +257,17 @@ func newRawPublisher(url, exchange string) (*rawPublisher, error) {
 
 func (p *rawPublisher) close() { _ = p.conn.Close() }
 
-func (p *rawPublisher) publish(ctx context.Context, n int) error {
+// publish sends n bench messages; with keys > 0 their kumiko-key headers
+// go round robin over that many keys.
+func (p *rawPublisher) publish(ctx context.Context, n, keys int) error {
 	pending := make([]*amqp.DeferredConfirmation, 0, passBatch)
 	for i := range n {
+		h := amqp.Table{"kumiko-tenant": "0190a000-0000-7000-8000-0000000be7c0", "kumiko-user": "bench", "kumiko-event-version": int32(1)}
+		if keys > 0 {
+			h["kumiko-key"] = "stream-" + strconv.Itoa(i%keys)
+		}
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, benchType, false, false, amqp.Publishing{
-			Headers:     amqp.Table{"kumiko-tenant": "0190a000-0000-7000-8000-0000000be7c0", "kumiko-user": "bench", "kumiko-event-version": int32(1)},
+			Headers:     h,
 			ContentType: "application/json", DeliveryMode: amqp.Persistent, CorrelationId: "bench",
 			MessageId: uuid.Must(uuid.NewV7()).String(), Timestamp: time.Now(), Type: benchType,
 			Body: []byte(`{"n":` + strconv.Itoa(i) + `}`),
@@ -271,20 +277,12 @@ func (p *rawPublisher) publish(ctx context.Context, n int) error {
 		}
 		pending = append(pending, dc)
 		if len(pending) == passBatch || i == n-1 {
-			if err := confirmed(ctx, pending); err != nil {
-				return err
+			for _, dc := range pending {
+				if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+					return errors.Join(err, errors.New("not confirmed"))
+				}
 			}
 			pending = pending[:0]
-		}
-	}
-	return nil
-}
-
-// confirmed waits for the broker's confirms of pending.
-func confirmed(ctx context.Context, pending []*amqp.DeferredConfirmation) error {
-	for _, dc := range pending {
-		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-			return errors.Join(err, errors.New("not confirmed"))
 		}
 	}
 	return nil

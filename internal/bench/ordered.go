@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/kumiko-go/kumiko/feature"
@@ -34,6 +33,7 @@ func (b *bench) orderedRow(ctx context.Context, url, exchange, prefix string, ch
 		queue string
 		svc   *integration.Service
 		seen  atomic.Int64
+		all   chan struct{} // closed when the handler has seen n messages
 	}
 	sides := [2]*side{{queue: prefix + "-ordered"}, {queue: prefix + "-unordered"}}
 	defer func() {
@@ -54,7 +54,9 @@ func (b *bench) orderedRow(ctx context.Context, url, exchange, prefix string, ch
 		f := feature.Define("bench-"+strconv.Itoa(i), func(r *feature.Registrar) {
 			r.IntegrationEvent(benchType, sent{})
 			r.OnIntegrationEvent(benchType, "bench-seen", func(feature.CommandContext, feature.Message) error {
-				s.seen.Add(1)
+				if s.seen.Add(1) == int64(n) {
+					close(s.all)
+				}
 				return nil
 			}, opts...)
 		})
@@ -88,21 +90,21 @@ func (b *bench) orderedRow(ctx context.Context, url, exchange, prefix string, ch
 
 	var total [2]measured
 	for round := range b.cfg.rounds + 1 { // round 0 warms up
-		if err := raw.publishKeyed(ctx, n, orderedStreams); err != nil {
+		if err := raw.publish(ctx, n, orderedStreams); err != nil {
 			return row{}, err
 		}
 		for i := range 2 {
 			s := sides[(i+round)%2]
 			s.seen.Store(0)
+			s.all = make(chan struct{})
 			start := time.Now()
 			if err := s.svc.Start(ctx); err != nil {
 				return row{}, err
 			}
-			for s.seen.Load() < int64(n) {
-				if ctx.Err() != nil {
-					return row{}, ctx.Err()
-				}
-				time.Sleep(time.Millisecond)
+			select {
+			case <-s.all:
+			case <-ctx.Done():
+				return row{}, ctx.Err()
 			}
 			elapsed := time.Since(start)
 			if err := s.svc.Stop(ctx); err != nil {
@@ -115,30 +117,4 @@ func (b *bench) orderedRow(ctx context.Context, url, exchange, prefix string, ch
 		}
 	}
 	return row{name: name, unit: "msg/s", fw: total[0].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.5)}, nil
-}
-
-// publishKeyed sends n bench messages whose kumiko-key headers go round
-// robin over keys, confirmed in batches of passBatch.
-func (p *rawPublisher) publishKeyed(ctx context.Context, n, keys int) error {
-	pending := make([]*amqp.DeferredConfirmation, 0, passBatch)
-	for i := range n {
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, benchType, false, false, amqp.Publishing{
-			Headers: amqp.Table{"kumiko-tenant": "0190a000-0000-7000-8000-0000000be7c0", "kumiko-user": "bench",
-				"kumiko-event-version": int32(1), "kumiko-key": "stream-" + strconv.Itoa(i%keys)},
-			ContentType: "application/json", DeliveryMode: amqp.Persistent, CorrelationId: "bench",
-			MessageId: uuid.Must(uuid.NewV7()).String(), Timestamp: time.Now(), Type: benchType,
-			Body: []byte(`{"n":` + strconv.Itoa(i) + `}`),
-		})
-		if err != nil {
-			return err
-		}
-		pending = append(pending, dc)
-		if len(pending) == passBatch || i == n-1 {
-			if err := confirmed(ctx, pending); err != nil {
-				return err
-			}
-			pending = pending[:0]
-		}
-	}
-	return nil
 }

@@ -29,42 +29,42 @@ func queueState(ch *amqp.Channel, name string) (messages, consumers int, err err
 	return q.Messages, q.Consumers, err
 }
 
-// Two apps on their own databases, the orders sample's feature under serve
-// and billing's under worker, with RABBITMQ_URL: an order shipped over
-// HTTP in one is invoiced by the other through the broker. The apps are
-// e2eapp with names unique to the run, so their queues are too.
-func TestIntegrationEventsOverRabbitMQ(t *testing.T) {
-	t.Parallel()
-	reserve(t, 2)
+// broker connects to the broker for one test and returns the connection
+// and a name prefix unique to the run, so the test's queues are its own;
+// deleteQueues deletes them when the test ends.
+func broker(t *testing.T) (*amqp.Connection, string) {
+	t.Helper()
 	url := rabbitURL()
 	conn, err := amqp.Dial(url)
 	require.NoError(t, err, "RabbitMQ at %s must be running (make services)", url)
 	t.Cleanup(func() { _ = conn.Close() })
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	prefix := "e2e-" + hex.EncodeToString(b)
+	return conn, "e2e-" + hex.EncodeToString(b)
+}
+
+// deleteQueues deletes queues when the test ends (before conn closes).
+func deleteQueues(t *testing.T, conn *amqp.Connection, queues ...string) {
+	t.Helper()
 	t.Cleanup(func() {
 		ch, err := conn.Channel()
 		require.NoError(t, err)
 		defer ch.Close()
-		for _, app := range []string{"orders", "billing"} {
-			for _, q := range []string{prefix + "-" + app, prefix + "-" + app + ".dead"} {
-				_, err := ch.QueueDelete(q, false, false, false)
-				require.NoError(t, err, q)
-			}
+		for _, q := range queues {
+			_, err := ch.QueueDelete(q, false, false, false)
+			require.NoError(t, err, q)
 		}
 	})
+}
 
-	billing := newApp(t, "e2eapp", "E2E_FEATURES=billing", "E2E_NAME="+prefix+"-billing", "RABBITMQ_URL="+url)
-	billing.worker(t, "billing-w")
-	orders := newApp(t, "e2eapp", "E2E_FEATURES=orders", "E2E_NAME="+prefix+"-orders", "RABBITMQ_URL="+url)
-	shop := orders.serve(t, "orders-1")
-
+// waitConsumed waits until queue exists and has a consumer; it returns a
+// channel on conn, closed when the test ends.
+func waitConsumed(t *testing.T, conn *amqp.Connection, queue, what string) *amqp.Channel {
+	t.Helper()
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ch.Close() })
-	queue := prefix + "-billing"
-	waitFor(t, 20*time.Second, "billing consumes its queue", func() (bool, string) {
+	waitFor(t, 20*time.Second, what, func() (bool, string) {
 		_, consumers, err := queueState(ch, queue)
 		if err != nil { // the passive declare of a missing queue closes the channel
 			if ch, err = conn.Channel(); err != nil {
@@ -74,6 +74,27 @@ func TestIntegrationEventsOverRabbitMQ(t *testing.T) {
 		}
 		return consumers > 0, fmt.Sprint(consumers, " consumers")
 	})
+	return ch
+}
+
+// Two apps on their own databases, the orders sample's feature under serve
+// and billing's under worker, with RABBITMQ_URL: an order shipped over
+// HTTP in one is invoiced by the other through the broker. The apps are
+// e2eapp with names unique to the run, so their queues are too.
+func TestIntegrationEventsOverRabbitMQ(t *testing.T) {
+	t.Parallel()
+	reserve(t, 2)
+	url := rabbitURL()
+	conn, prefix := broker(t)
+	deleteQueues(t, conn, prefix+"-orders", prefix+"-orders.dead", prefix+"-billing", prefix+"-billing.dead")
+
+	billing := newApp(t, "e2eapp", "E2E_FEATURES=billing", "E2E_NAME="+prefix+"-billing", "RABBITMQ_URL="+url)
+	billing.worker(t, "billing-w")
+	orders := newApp(t, "e2eapp", "E2E_FEATURES=orders", "E2E_NAME="+prefix+"-orders", "RABBITMQ_URL="+url)
+	shop := orders.serve(t, "orders-1")
+
+	queue := prefix + "-billing"
+	ch := waitConsumed(t, conn, queue, "billing consumes its queue")
 
 	tenant := uuid.New()
 	clerk := orders.as(t, shop, tenant, "clerk", "User")
@@ -100,37 +121,13 @@ func TestOrderedIntegrationHandlingAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	reserve(t, 2)
 	url := rabbitURL()
-	conn, err := amqp.Dial(url)
-	require.NoError(t, err, "RabbitMQ at %s must be running (make services)", url)
-	t.Cleanup(func() { _ = conn.Close() })
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	queue := "e2e-" + hex.EncodeToString(b) + "-ledger"
-	t.Cleanup(func() {
-		ch, err := conn.Channel()
-		require.NoError(t, err)
-		defer ch.Close()
-		for _, q := range []string{queue + ".ordered", queue + ".dead"} {
-			_, err := ch.QueueDelete(q, false, false, false)
-			require.NoError(t, err, q)
-		}
-	})
+	conn, prefix := broker(t)
+	queue := prefix + "-ledger"
+	deleteQueues(t, conn, queue+".ordered", queue+".dead")
 	ledger := newApp(t, "e2eapp", "E2E_FEATURES=ledger", "E2E_NAME="+queue, "RABBITMQ_URL="+url)
 	ledger.db.Exec(t, `CREATE TABLE e2e_steps (n bigserial PRIMARY KEY, stream text NOT NULL, seq int NOT NULL, pid int NOT NULL)`)
 	first := ledger.worker(t, "ledger-1")
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ch.Close() })
-	waitFor(t, 20*time.Second, "the first worker consumes the ordered queue", func() (bool, string) {
-		_, consumers, err := queueState(ch, queue+".ordered")
-		if err != nil {
-			if ch, err = conn.Channel(); err != nil {
-				return false, err.Error()
-			}
-			return false, "no queue yet"
-		}
-		return consumers > 0, fmt.Sprint(consumers, " consumers")
-	})
+	ch := waitConsumed(t, conn, queue+".ordered", "the first worker consumes the ordered queue")
 	ledger.worker(t, "ledger-2")
 
 	const streams, perStream = 8, 100
