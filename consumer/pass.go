@@ -17,8 +17,6 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/internal/author"
-	"github.com/kumiko-go/kumiko/internal/batchtx"
-	"github.com/kumiko-go/kumiko/internal/lazytx"
 )
 
 // shard is a consumer's state row as a pass reads and writes it.
@@ -124,7 +122,7 @@ var errHandlerFailed = errors.New("handler failed")
 func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, careful bool, since time.Time, timedOut *timeoutError) (PassResult, error) {
 	var res PassResult
 	// BEGIN travels with the shard's lock, the state's save with COMMIT.
-	err := lazytx.Run(ctx, e.pool, func(tx *lazytx.Tx) error {
+	err := eventstore.RunTx(ctx, e.pool, func(tx *eventstore.Tx) error {
 		sh, ok, err := e.lockShard(ctx, tx, c, instance, &res)
 		if !ok {
 			return err
@@ -174,7 +172,7 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 // newGap that the gap was first seen now. Without careful, a failing
 // handler ends it with errHandlerFailed, wrapping the handler's error.
 // timedOut is the call that timed out in the run before (see apply).
-func (e *Dispatcher) deliver(ctx context.Context, tx pgx.Tx, c Consumer, instance string, sh *shard, careful bool, timedOut *timeoutError, res *PassResult) (waiting, newGap bool, err error) {
+func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer, instance string, sh *shard, careful bool, timedOut *timeoutError, res *PassResult) (waiting, newGap bool, err error) {
 	h, settled, evs, err := e.read(ctx, tx, c, sh)
 	if err != nil {
 		return false, false, err
@@ -326,7 +324,7 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 // the consumer's HandlerTimeout (see Dispatcher.call); the call timedOut
 // (from the run before, nil if none) is not made again: it fails at once
 // with its error.
-func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, instance string, cursor int64, evs []eventstore.Event, careful bool, timedOut *timeoutError) (applied []eventstore.Event, next int64, failures int, failed error) {
+func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, instance string, cursor int64, evs []eventstore.Event, careful bool, timedOut *timeoutError) (applied []eventstore.Event, next int64, failures int, failed error) {
 	next = cursor
 	guard := author.Savepoint
 	if !careful {
@@ -362,14 +360,14 @@ func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, instance 
 		}
 		return applied, next, failures, failed
 	}
-	var queued *batchtx.Tx
-	if c.Pipelined && !careful {
-		queued = batchtx.New(tx)
-		tx = queued
+	var db pgx.Tx = tx
+	queued := c.Pipelined && !careful
+	if queued {
+		db = tx.Queued()
 	}
 	for _, ev := range evs {
 		if c.wants(ev.Type) {
-			err := guard(ctx, tx, func(sp pgx.Tx) error {
+			err := guard(ctx, db, func(sp pgx.Tx) error {
 				if timedOut != nil && timedOut.eventID == ev.ID {
 					return timedOut
 				}
@@ -390,8 +388,8 @@ func (e *Dispatcher) apply(ctx context.Context, tx pgx.Tx, c Consumer, instance 
 		}
 		next = ev.ID
 	}
-	if queued != nil {
-		if err := queued.Flush(ctx); err != nil {
+	if queued {
+		if err := tx.Flush(ctx); err != nil {
 			return nil, cursor, 1, fmt.Errorf("queued statements of the pass: %w", err)
 		}
 	}

@@ -36,7 +36,9 @@ func (s *Store) Append(ctx context.Context, stream Stream, expected int, events 
 }
 
 // AppendTx is Append inside the caller's transaction. The events commit or
-// roll back with tx; they are announced only when tx commits.
+// roll back with tx; they are announced only when tx commits: on a Tx (or
+// a savepoint or view of one) by a function run after its commit, on any
+// other transaction by a pg_notify that travels inside it.
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream Stream, expected int, events ...NewEvent) (AppendResult, error) {
 	res, err := s.AppendBatchTx(ctx, tx, []StreamAppend{{Stream: stream, Expected: expected, Events: events}})
 	if err != nil {

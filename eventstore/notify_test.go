@@ -101,6 +101,33 @@ func TestCommittedEventsAreAnnounced(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, res.Events[0].ID, nextNotification(t, conn))
 
+	// Through a Tx of the caller's (a consumer's pass): after its commit,
+	// in process too; an append in a savepoint rolled back is not announced.
+	wake, cancel := s.Subscribe()
+	defer cancel()
+	var kept int64
+	require.NoError(t, eventstore.RunTx(ctx, db.Pool, func(tx *eventstore.Tx) error {
+		sp, err := tx.Begin(ctx)
+		require.NoError(t, err)
+		_, err = s.AppendTx(ctx, sp, stream, 0, ev("task.created", `{}`))
+		require.NoError(t, err)
+		require.NoError(t, sp.Rollback(ctx))
+		select {
+		case <-wake:
+			t.Fatal("announced before the commit")
+		default:
+		}
+		res, err := s.AppendTx(ctx, tx, stream, 0, ev("task.created", `{}`))
+		kept = res.Events[0].ID
+		return err
+	}))
+	select {
+	case <-wake:
+	default:
+		t.Fatal("a committed append in a Tx did not wake the subscriber")
+	}
+	require.Equal(t, kept, nextNotification(t, conn))
+
 	// Through a batch.
 	batch, err := s.AppendBatch(ctx, []eventstore.StreamAppend{
 		{Stream: stream, Events: []eventstore.NewEvent{ev("task.created", `{}`)}},

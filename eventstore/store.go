@@ -9,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/kumiko-go/kumiko/internal/lazytx"
 )
 
 // Config configures a Store. The zero value is usable: schema "public", no
@@ -110,54 +108,37 @@ func notifyChannel(schema string) string { return "kumiko_events_" + schema }
 // cancel to stop receiving.
 func (s *Store) Subscribe() (wake <-chan struct{}, cancel func()) { return s.notifier.subscribe() }
 
-// WithTx runs fn in a new transaction and commits it when fn returns nil. Events
-// appended through AppendTx/AppendBatchTx inside fn are announced on
-// NotifyChannel after the commit and never when the transaction rolls back.
-// Every error, fn's included, passes through TranslateError: a connection
-// lost anywhere in the transaction is ErrUnavailable.
+// WithTx runs fn in a new transaction and commits it when fn returns nil: it
+// is InTx for code that takes a pgx.Tx. The transaction is a *Tx.
+func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.InTx(ctx, func(ctx context.Context, tx *Tx) error { return fn(ctx, tx) })
+}
+
+// InTx runs fn in a new Tx and commits it when fn returns nil. Events
+// appended in it are announced on NotifyChannel after the commit and never
+// when the transaction rolls back. Every error, fn's included, passes
+// through TranslateError: a connection lost anywhere in the transaction is
+// ErrUnavailable.
 //
 // The transaction costs no round trip of its own: BEGIN travels with fn's
 // first statement and COMMIT with what is still queued (statements queued by
 // the packages that share the transaction, such as the pipeline's row
 // writes); a transaction that sent nothing ends without one. Savepoints
 // (tx.Begin) are queued the same way.
-func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	w := &txWake{}
-	err := lazytx.Run(ctx, s.pool, func(tx *lazytx.Tx) error {
-		w.tx = tx
-		return fn(context.WithValue(ctx, txWakeKey{}, w), tx)
-	})
-	if err != nil {
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) error {
+	if err := RunTx(ctx, s.pool, func(tx *Tx) error { return fn(ctx, tx) }); err != nil {
 		return TranslateError(err)
 	}
-	s.notifier.committed(ctx, w.maxID)
 	return nil
 }
 
-// txWake records, for a transaction opened by WithTx, the highest event id it
-// appended, so the notification can be sent after the commit.
-type txWake struct {
-	tx    *lazytx.Tx
-	maxID int64
-}
-
-type txWakeKey struct{}
-
-// owns reports whether tx is the transaction WithTx opened, one of its
-// savepoints, or a wrapper of either (on the same connection).
-func (w *txWake) owns(tx pgx.Tx) bool {
-	if t := lazytx.Of(tx); t != nil {
-		return t == w.tx
-	}
-	return tx.Conn() == w.tx.Conn()
-}
-
-// announce arranges the wake-up for events appended in tx: after the commit
-// when WithTx owns tx, else with a transactional pg_notify (delivered by
-// Postgres only if tx commits).
+// announce arranges the wake-up for events appended in tx: on a Tx (or one
+// of its savepoints or views), after its commit; on any other transaction,
+// with a transactional pg_notify, which Postgres delivers only if tx
+// commits.
 func (s *Store) announce(ctx context.Context, tx pgx.Tx, maxID int64) error {
-	if w, ok := ctx.Value(txWakeKey{}).(*txWake); ok && w.owns(tx) {
-		w.maxID = max(w.maxID, maxID)
+	if t := TxOf(tx); t != nil {
+		t.AfterCommit(func() { s.notifier.committed(ctx, maxID) })
 		return nil
 	}
 	if _, err := tx.Exec(ctx, s.sql.notify, s.NotifyChannel(), fmt.Sprint(maxID)); err != nil {

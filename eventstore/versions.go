@@ -10,8 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/kumiko-go/kumiko/internal/lazytx"
 )
 
 // KnownVersions are the event types a writer knows and the newest schema
@@ -45,7 +43,7 @@ const unknownVersionState = "KU001"
 // known does not list pass, as the upcaster passes them; a missing stream or
 // another tenant's passes (the append that follows answers for those).
 //
-// On a transaction of WithTx itself the check costs no round trip of its
+// On a Tx itself (not a savepoint or view of it) the check costs no round trip of its
 // own: it is queued and travels with tx's next statement — queue it before
 // the append, so a refused stream gets nothing written — which then answers
 // the error, as do every later statement and the commit. On any other tx (a
@@ -63,7 +61,7 @@ func (s *Store) RefuseUnknownVersionsTx(ctx context.Context, tx pgx.Tx, tenant, 
 		return &UnknownEventVersionError{Type: pg.Detail, Version: v, Current: known.newest[pg.Detail]}
 	}
 	args := []any{[16]byte(id), [16]byte(tenant), known.types, known.versions}
-	if lt, ok := tx.(*lazytx.Tx); ok {
+	if lt, ok := tx.(*Tx); ok {
 		lt.Enqueue(check, s.sql.refuseUnknownVersions, args...)
 		return nil
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
-	"github.com/kumiko-go/kumiko/internal/lazytx"
 	"github.com/kumiko-go/kumiko/internal/spec"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -178,7 +177,7 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 		}
 		// Nothing reads the insert's result: it travels with the next
 		// statement, the commit at the latest.
-		if err := lazytx.Enqueue(ctx, db, func(err error) error {
+		if err := eventstore.Enqueue(ctx, db, func(err error) error {
 			return t.uniqueViolation(fmt.Errorf("%s: apply %s: %w", t.table, ev.Type, err))
 		}, t.insert, args...); err != nil {
 			return nil, err

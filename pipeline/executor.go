@@ -25,7 +25,6 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
-	"github.com/kumiko-go/kumiko/internal/lazytx"
 	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -216,7 +215,7 @@ func (d *Executor) writeOne(ctx context.Context, c Caller, req Request, kind reg
 	if gerr != nil {
 		return nil, gerr
 	}
-	werr := d.inWriteTx(ctx, &c, func(ctx context.Context, tx pgx.Tx) error {
+	werr := d.inWriteTx(ctx, &c, func(ctx context.Context, tx *eventstore.Tx) error {
 		var err error
 		out, err = d.execute(ctx, tx, &c, h, in)
 		return err
@@ -247,14 +246,12 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 	}
 	out := make([]any, len(reqs))
 	failed := -1
-	err := d.inWriteTx(ctx, &c, func(ctx context.Context, tx pgx.Tx) error {
+	err := d.inWriteTx(ctx, &c, func(ctx context.Context, tx *eventstore.Tx) error {
 		for i := range reqs {
 			res, err := d.execute(ctx, tx, &c, hs[i], ins[i])
 			if err == nil {
 				// What the request queued (its rows) fails as its own.
-				if lt := lazytx.Of(tx); lt != nil {
-					err = lt.Flush(ctx)
-				}
+				err = tx.Flush(ctx)
 			}
 			if err != nil {
 				if !errors.Is(err, errKeyTaken) { // a refused key is not the request's failure
@@ -279,16 +276,14 @@ func (d *Executor) Batch(ctx context.Context, c Caller, reqs []Request) (_ []any
 // idempotency key — in one round trip with fn's first statement — and after
 // the commit counts the appended events. A refused key is the answer
 // whatever fn made of it.
-func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context.Context, tx pgx.Tx) error) *Error {
-	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		if err := d.recordKey(ctx, tx, c); err != nil {
-			return err
-		}
+func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context.Context, tx *eventstore.Tx) error) *Error {
+	err := d.store.InTx(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		d.recordKey(tx, c)
 		if err := fn(ctx, tx); err != nil {
 			// A handler that failed before its first statement: the key
 			// still decides (a retry of an applied request is told so).
-			if lt := lazytx.Of(tx); lt != nil && lt.Flush(ctx) != nil && errors.Is(lt.Err(), errKeyTaken) {
-				return lt.Err()
+			if tx.Flush(ctx) != nil && errors.Is(tx.Err(), errKeyTaken) {
+				return tx.Err()
 			}
 			return err
 		}

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/kumiko-go/kumiko/eventstore"
-	"github.com/kumiko-go/kumiko/internal/lazytx"
 	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
@@ -25,11 +23,11 @@ const CodeIdempotencyConflict = string(kumikotype.CodeIdempotencyConflict)
 // and then fail, so a keyed write applies at most once however the HTTP
 // layer's record fares. A recorded key fails its statement, and with it the
 // transaction: errKeyTaken, which resolveKey explains.
-func (d *Executor) recordKey(ctx context.Context, tx pgx.Tx, c *Caller) error {
+func (d *Executor) recordKey(tx *eventstore.Tx, c *Caller) {
 	if c.IdempotencyKey == "" {
-		return nil
+		return
 	}
-	return lazytx.Enqueue(ctx, tx, func(err error) error {
+	tx.Enqueue(func(err error) error {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && pg.Code == "23505" {
 			return errKeyTaken

@@ -14,7 +14,6 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
-	"github.com/kumiko-go/kumiko/internal/batchtx"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -395,16 +394,18 @@ func (r *rebuild) batches() bool { return r.t.kind == ProjectionInline && !r.opt
 // neither, and the rebuild resumes from the progress that survived. The
 // swap that publishes the shadow table commits synchronously.
 func (r *rebuild) replayChunk(ctx context.Context, evs []eventstore.Event, end int64, batched bool) error {
-	return pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlAsyncCommit); err != nil {
+	return eventstore.RunTxOn(ctx, r.conn, func(tx *eventstore.Tx) error {
+		tx.Enqueue(nil, sqlAsyncCommit)
+		var err error
+		if batched {
+			err = r.applyQueued(ctx, tx, evs)
+		} else {
+			err = r.applyEvents(ctx, tx, evs)
+		}
+		if err != nil {
 			return err
 		}
-		if err := r.applyEvents(ctx, tx, evs, batched); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, r.d.sql.progress, r.t.name, end); err != nil {
-			return err
-		}
+		tx.Enqueue(nil, r.d.sql.progress, r.t.name, end)
 		r.cursor = end
 		return nil
 	})
@@ -417,7 +418,7 @@ func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64) 
 	if err != nil {
 		return 0, err
 	}
-	if err := r.applyEvents(ctx, tx, evs, false); err != nil {
+	if err := r.applyEvents(ctx, tx, evs); err != nil {
 		return 0, err
 	}
 	return r.chunkEnd(evs, upTo), nil
@@ -432,26 +433,27 @@ func (r *rebuild) chunkEnd(evs []eventstore.Event, upTo int64) int64 {
 	return evs[len(evs)-1].ID
 }
 
-// applyEvents applies the target's events among evs to the shadow table in
-// tx.
-//
-// With batched, the apply functions' Exec statements are queued and sent in
-// one round trip at the end (see batchtx), which is what makes a replay
-// fast; an error then surfaces without naming its event.
-func (r *rebuild) applyEvents(ctx context.Context, tx pgx.Tx, evs []eventstore.Event, batched bool) error {
-	if batched {
-		db := batchtx.New(tx)
-		for _, ev := range evs {
-			if !r.t.wants(ev) {
-				continue
-			}
-			if err := r.apply(ctx, db, tx, ev); err != nil {
-				return err
-			}
-			r.res.Applied++
+// applyQueued applies the target's events among evs to the shadow table in
+// tx with the apply functions' Exec statements queued (Tx.Queued): they
+// travel with the chunk's commit, in one round trip, which is what makes a
+// replay fast; a failure then names its statement, not its event.
+func (r *rebuild) applyQueued(ctx context.Context, tx *eventstore.Tx, evs []eventstore.Event) error {
+	db := tx.Queued()
+	for _, ev := range evs {
+		if !r.t.wants(ev) {
+			continue
 		}
-		return db.Flush(ctx)
+		if err := r.apply(ctx, db, tx, ev); err != nil {
+			return err
+		}
+		r.res.Applied++
 	}
+	return nil
+}
+
+// applyEvents applies the target's events among evs to the shadow table in
+// tx, each event's statements sent as it runs.
+func (r *rebuild) applyEvents(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
 	for _, ev := range evs {
 		if !r.t.wants(ev) {
 			continue
