@@ -130,12 +130,12 @@ func (c *Console) consumerAction(w http.ResponseWriter, r *http.Request, _ sessi
 	case "enable":
 		op = c.ops.Enable
 	default:
-		problem(w, kumikotype.CodeNotFound, "unknown_operation", "the operations are restart, skip, disable and enable")
+		problem(w, kumikotype.CodeNotFound, kumikotype.ReasonUnknownOperation, "the operations are restart, skip, disable and enable")
 		return
 	}
 	name := r.PostFormValue("name")
 	if name == "" {
-		problem(w, kumikotype.CodeValidation, "missing_name", "name the consumer")
+		problem(w, kumikotype.CodeValidation, kumikotype.ReasonMissingName, "name the consumer")
 		return
 	}
 	instance := r.PostFormValue("instance")
@@ -204,13 +204,13 @@ func (c *Console) rebuild(w http.ResponseWriter, r *http.Request, s session) {
 		known = known || p.Name == name
 	}
 	if !known {
-		refused(w, kumikotype.CodeNotFound, "projection_not_found", fmt.Sprintf("there is no projection %q", name))
+		refused(w, kumikotype.CodeNotFound, kumikotype.ReasonProjectionNotFound, fmt.Sprintf("there is no projection %q", name))
 		return
 	}
 	c.mu.Lock()
 	if run := c.rebuilds[name]; run != nil && run.progress.Running {
 		c.mu.Unlock()
-		refused(w, kumikotype.CodeProjectionRebuilding, "rebuild_running", "the projection is already being rebuilt")
+		refused(w, kumikotype.CodeProjectionRebuilding, kumikotype.ReasonRebuildRunning, "the projection is already being rebuilt")
 		return
 	}
 	run := &rebuildRun{progress: rebuildProgress{Running: true, Started: time.Now()}}
@@ -311,7 +311,7 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request, _ session) {
 func (c *Console) timeline(w http.ResponseWriter, r *http.Request, _ session) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil || id == uuid.Nil {
-		problem(w, kumikotype.CodeValidation, "invalid_id", "the id must be a non-nil UUID")
+		problem(w, kumikotype.CodeValidation, kumikotype.ReasonInvalidID, "the id must be a non-nil UUID")
 		return
 	}
 	tenant, err := c.cfg.Store.StreamTenant(r.Context(), id)
@@ -383,7 +383,7 @@ type problemError interface {
 // not log a failed request; anything else is answered as fail does.
 func refuse(w http.ResponseWriter, c *Console, what string, err error) {
 	if pe := contractOf(err); pe != nil && statusOf(pe.Code(), pe.Reason()) < http.StatusInternalServerError {
-		refused(w, kumikotype.Code(pe.Code()), pe.Reason(), pe.Detail())
+		refused(w, kumikotype.Code(pe.Code()), kumikotype.Reason(pe.Reason()), pe.Detail())
 		return
 	}
 	fail(w, c, what, err)
@@ -406,15 +406,15 @@ func contractOf(err error) problemError {
 // anything else as 500 internal, logged.
 func fail(w http.ResponseWriter, c *Console, what string, err error) {
 	if pe := contractOf(err); pe != nil {
-		problem(w, kumikotype.Code(pe.Code()), pe.Reason(), pe.Detail())
+		problem(w, kumikotype.Code(pe.Code()), kumikotype.Reason(pe.Reason()), pe.Detail())
 		return
 	}
 	internal(w, c, what, err)
 }
 
 // refused answers a refusal of the page's action (see refuse).
-func refused(w http.ResponseWriter, code kumikotype.Code, reason, detail string) {
-	writeJSON(w, http.StatusOK, map[string]any{"refused": map[string]string{"code": string(code), "reason": reason, "detail": detail}})
+func refused(w http.ResponseWriter, code kumikotype.Code, reason kumikotype.Reason, detail string) {
+	writeJSON(w, http.StatusOK, map[string]any{"refused": map[string]string{"code": string(code), "reason": string(reason), "detail": detail}})
 }
 
 func internal(w http.ResponseWriter, c *Console, what string, err error) {
@@ -437,8 +437,8 @@ func errorText(err error) string {
 
 // problem writes an application/problem+json answer, as the API writes
 // it (the status follows the code).
-func problem(w http.ResponseWriter, code kumikotype.Code, reason, detail string) {
-	_ = kumikotype.NewProblem(code, reason, detail).Write(w)
+func problem(w http.ResponseWriter, code kumikotype.Code, reason kumikotype.Reason, detail string) {
+	_ = kumikotype.NewProblem(code, string(reason), detail).Write(w)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

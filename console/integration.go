@@ -90,12 +90,12 @@ func jobDepths(ctx context.Context, r *jobs.Runner) ([]queueDepth, error) {
 // fields id and handler.
 func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, _ session) {
 	if c.cfg.DeadLetters == nil {
-		problem(w, kumikotype.CodeNotFound, "no_dead_letters", "the app has no integration dead letters")
+		problem(w, kumikotype.CodeNotFound, kumikotype.ReasonNoDeadLetters, "the app has no integration dead letters")
 		return
 	}
 	id, err := uuid.Parse(r.PostFormValue("id"))
 	if err != nil {
-		problem(w, kumikotype.CodeValidation, "invalid_id", "the id must be a UUID")
+		problem(w, kumikotype.CodeValidation, kumikotype.ReasonInvalidID, "the id must be a UUID")
 		return
 	}
 	handler := r.PostFormValue("handler")
@@ -108,13 +108,13 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, _ session) 
 			// the message's last error): an outcome, not a fault of the
 			// console.
 			c.cfg.Logger.Warn("console: dead message retry failed", "id", id, "handler", handler, "err", err)
-			refused(w, kumikotype.CodeUnprocessable, "retry_failed", "the retry failed: "+err.Error())
+			refused(w, kumikotype.CodeUnprocessable, kumikotype.ReasonRetryFailed, "the retry failed: "+err.Error())
 			return
 		}
 	case "drop":
 		_, err = c.cfg.DeadLetters.Drop(r.Context(), id, handler)
 	default:
-		problem(w, kumikotype.CodeNotFound, "unknown_operation", "the operations are retry and drop")
+		problem(w, kumikotype.CodeNotFound, kumikotype.ReasonUnknownOperation, "the operations are retry and drop")
 		return
 	}
 	if err != nil {

@@ -109,7 +109,7 @@ func (c *Console) action(h func(http.ResponseWriter, *http.Request, session)) ht
 			return
 		}
 		if !sameOrigin(r) {
-			problem(w, kumikotype.CodeAccessDenied, "cross_origin", "the request did not come from the console's own origin")
+			problem(w, kumikotype.CodeAccessDenied, kumikotype.ReasonCrossOrigin, "the request did not come from the console's own origin")
 			return
 		}
 		sent := r.Header.Get(CSRFHeader)
@@ -117,7 +117,7 @@ func (c *Console) action(h func(http.ResponseWriter, *http.Request, session)) ht
 			sent = r.PostFormValue("csrf")
 		}
 		if s.csrf == "" || subtle.ConstantTimeCompare([]byte(sent), []byte(s.csrf)) != 1 {
-			problem(w, kumikotype.CodeAccessDenied, "csrf_token", "the request lacks the session's CSRF token; reload the page")
+			problem(w, kumikotype.CodeAccessDenied, kumikotype.ReasonCSRFToken, "the request lacks the session's CSRF token; reload the page")
 			return
 		}
 		h(w, r, s)
@@ -130,7 +130,7 @@ func (c *Console) action(h func(http.ResponseWriter, *http.Request, session)) ht
 func (c *Console) guarded(h http.Handler) http.Handler {
 	return c.page(func(w http.ResponseWriter, r *http.Request, s session) {
 		if !s.bearer && !sameOrigin(r) {
-			problem(w, kumikotype.CodeAccessDenied, "cross_origin", "the request did not come from the console's own origin")
+			problem(w, kumikotype.CodeAccessDenied, kumikotype.ReasonCrossOrigin, "the request did not come from the console's own origin")
 			return
 		}
 		h.ServeHTTP(w, r)

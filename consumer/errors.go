@@ -33,13 +33,19 @@ var (
 	ErrLagging = errors.New("a consumer has not processed the events to prune")
 )
 
-// Reasons of the consumer operations' errors.
+// Reasons of the consumer operations' errors, as strings: the reasons are
+// kumikotype's (a new one is added there).
 const (
-	ReasonNotFound      = "consumer_not_found"
-	ReasonWrongState    = "wrong_state"
-	ReasonNothingToSkip = "nothing_to_skip"
-	ReasonGapUnsettled  = "gap_unsettled"
-	ReasonLagging       = "consumer_lagging"
+	// ReasonNotFound is kumikotype.ReasonConsumerNotFound.
+	ReasonNotFound = string(kumikotype.ReasonConsumerNotFound)
+	// ReasonWrongState is kumikotype.ReasonWrongState.
+	ReasonWrongState = string(kumikotype.ReasonWrongState)
+	// ReasonNothingToSkip is kumikotype.ReasonNothingToSkip.
+	ReasonNothingToSkip = string(kumikotype.ReasonNothingToSkip)
+	// ReasonGapUnsettled is kumikotype.ReasonGapUnsettled.
+	ReasonGapUnsettled = string(kumikotype.ReasonGapUnsettled)
+	// ReasonLagging is kumikotype.ReasonConsumerLagging.
+	ReasonLagging = string(kumikotype.ReasonConsumerLagging)
 )
 
 // Codes of the error contract that the consumer operations answer; the same
@@ -57,6 +63,6 @@ const (
 // kumikotype.Error, the one error type of the contract.
 type Error = kumikotype.Error
 
-func newError(code, reason, detail string, cause error) *Error {
+func newError(code string, reason kumikotype.Reason, detail string, cause error) *Error {
 	return kumikotype.NewError(kumikotype.Code(code), reason, detail, cause)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // ShardStatus is one consumer shard's state row with its lag behind the
@@ -173,14 +174,14 @@ func (o *Ops) Skip(ctx context.Context, name, instanceID string) (ShardStatus, e
 			return err
 		}
 		if next == nil {
-			return newError(codeUnprocessable, ReasonNothingToSkip,
+			return newError(codeUnprocessable, kumikotype.ReasonNothingToSkip,
 				fmt.Sprintf("consumer %s/%s has no event after its cursor %d to skip", name, sh.instance, sh.cursor),
 				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrNothingToSkip)).
 				With("consumer", name).With("instanceId", sh.instance).With("cursor", sh.cursor)
 		}
 		head := *next
 		if !sh.settledBelow(head, h) {
-			return newError(codeUnprocessable, ReasonGapUnsettled,
+			return newError(codeUnprocessable, kumikotype.ReasonGapUnsettled,
 				fmt.Sprintf("an event before %d may still be committed; retry shortly", head),
 				fmt.Errorf("skip %s/%s: %w", name, sh.instance, ErrGapUnsettled)).
 				With("consumer", name).With("instanceId", sh.instance).With("cursor", sh.cursor)
@@ -254,7 +255,7 @@ func (o *Ops) change(ctx context.Context, op, name, instanceID string, from []st
 			return fmt.Errorf("%s consumer %s/%s: lock: %w", op, name, instance, err)
 		}
 		if !slices.Contains(from, sh.status) {
-			return newError(codeUnprocessable, ReasonWrongState,
+			return newError(codeUnprocessable, kumikotype.ReasonWrongState,
 				fmt.Sprintf("consumer %s/%s is %s; %s needs it %s", name, instance, sh.status, op, strings.Join(from, " or ")),
 				fmt.Errorf("%s %s/%s: %w: it is %s", op, name, instance, ErrWrongState, sh.status)).
 				With("consumer", name).With("instanceId", instance).With("status", sh.status)
@@ -309,7 +310,7 @@ func scanShardStatus(row pgx.Row) (ShardStatus, error) {
 }
 
 func consumerNotFound(name, instance string) *Error {
-	return newError(codeNotFound, ReasonNotFound,
+	return newError(codeNotFound, kumikotype.ReasonConsumerNotFound,
 		fmt.Sprintf("no consumer %s with instance %s", name, instance),
 		fmt.Errorf("%s/%s: %w", name, instance, ErrNotFound)).
 		With("consumer", name).With("instanceId", instance)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // PruneEvents removes old events of the named aggregate types through
@@ -113,7 +114,7 @@ func consumerLagging(name, instance string, cursor, needed int64) *Error {
 	if instance != SharedInstance {
 		detail += fmt.Sprintf("; if instance %s is gone for good, `consumer gc` removes its rows once it is stale", instance)
 	}
-	return newError(codeUnprocessable, ReasonLagging, detail,
+	return newError(codeUnprocessable, kumikotype.ReasonConsumerLagging, detail,
 		fmt.Errorf("prune events: %s/%s at %d, needs %d: %w", name, instance, cursor, needed, ErrLagging)).
 		With("consumer", name).With("instanceId", instance).With("cursor", cursor).With("needed", needed)
 }

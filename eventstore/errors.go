@@ -19,13 +19,13 @@ import (
 var (
 	// ErrVersionConflict: the stream is not at the expected version. The
 	// concrete error is a *VersionConflictError.
-	ErrVersionConflict error = &sentinel{msg: "version conflict", code: string(kumikotype.CodeVersionConflict), reason: "event_version_conflict"}
+	ErrVersionConflict error = &sentinel{msg: "version conflict", code: kumikotype.CodeVersionConflict, reason: kumikotype.ReasonEventVersionConflict}
 	// ErrStreamArchived: the stream is archived and refuses appends.
-	ErrStreamArchived error = &sentinel{msg: "stream archived", code: string(kumikotype.CodeStreamArchived), reason: "stream_archived",
+	ErrStreamArchived error = &sentinel{msg: "stream archived", code: kumikotype.CodeStreamArchived, reason: kumikotype.ReasonStreamArchived,
 		detail: "the aggregate is archived"}
 	// ErrAggregateNotFound: the stream does not exist for this tenant (code
 	// not_found, reason aggregate_not_found).
-	ErrAggregateNotFound error = &sentinel{msg: "aggregate not found", code: string(kumikotype.CodeNotFound), reason: "aggregate_not_found",
+	ErrAggregateNotFound error = &sentinel{msg: "aggregate not found", code: kumikotype.CodeNotFound, reason: kumikotype.ReasonAggregateNotFound,
 		detail: "no such aggregate"}
 	// ErrUnknownEventVersion: a stored event has a version no upcaster can
 	// bring to the current one. The concrete error is an *UnknownEventVersionError.
@@ -37,22 +37,27 @@ var (
 	// was lost (see TranslateError). Nothing of the failed work committed,
 	// with one exception: a connection lost during COMMIT leaves the outcome
 	// unknown, so a retry must be safe to repeat (an idempotency key).
-	ErrUnavailable error = &sentinel{msg: "database unavailable", code: string(kumikotype.CodeUnavailable), reason: "database_unavailable",
+	ErrUnavailable error = &sentinel{msg: "database unavailable", code: kumikotype.CodeUnavailable, reason: kumikotype.ReasonDatabaseUnavailable,
 		detail: "the database is unreachable; retry later"}
 )
 
 // sentinel is a sentinel error with its place in the error contract. The
 // one without a detail (version conflict) is only seen through its concrete
 // error.
-type sentinel struct{ msg, code, reason, detail string }
+type sentinel struct {
+	msg    string
+	code   kumikotype.Code
+	reason kumikotype.Reason
+	detail string
+}
 
 func (e *sentinel) Error() string { return e.msg }
 
 // Code is the stable error code.
-func (e *sentinel) Code() string { return e.code }
+func (e *sentinel) Code() string { return string(e.code) }
 
 // Reason is the finer reason code.
-func (e *sentinel) Reason() string { return e.reason }
+func (e *sentinel) Reason() string { return string(e.reason) }
 
 // Detail is a sentence safe to show to a client.
 func (e *sentinel) Detail() string { return e.detail }
@@ -67,7 +72,7 @@ func Code(err error) string {
 	}
 	switch {
 	case errors.Is(err, ErrUnknownEventVersion):
-		return "event_schema_unknown_version"
+		return string(kumikotype.ReasonEventSchemaUnknownVersion)
 	case errors.Is(err, ErrInvalidEvent):
 		return "invalid_event"
 	}
@@ -97,7 +102,7 @@ func (e *VersionConflictError) Unwrap() error { return ErrVersionConflict }
 func (e *VersionConflictError) Code() string { return string(kumikotype.CodeVersionConflict) }
 
 // Reason is the finer reason code.
-func (e *VersionConflictError) Reason() string { return "event_version_conflict" }
+func (e *VersionConflictError) Reason() string { return string(kumikotype.ReasonEventVersionConflict) }
 
 // Detail is a sentence safe to show to a client.
 func (e *VersionConflictError) Detail() string {
@@ -130,7 +135,9 @@ func (e *UnknownEventVersionError) Error() string {
 func (e *UnknownEventVersionError) Unwrap() error { return ErrUnknownEventVersion }
 
 // Code is the stable error code.
-func (e *UnknownEventVersionError) Code() string { return "event_schema_unknown_version" }
+func (e *UnknownEventVersionError) Code() string {
+	return string(kumikotype.ReasonEventSchemaUnknownVersion)
+}
 
 // BatchError names the stream of a batch append that made the whole batch fail.
 type BatchError struct {
@@ -210,7 +217,7 @@ func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.c
 func (e *unavailableError) Code() string { return string(kumikotype.CodeUnavailable) }
 
 // Reason is the finer reason code.
-func (e *unavailableError) Reason() string { return "database_unavailable" }
+func (e *unavailableError) Reason() string { return string(kumikotype.ReasonDatabaseUnavailable) }
 
 // Detail is a sentence safe to show to a client.
 func (e *unavailableError) Detail() string { return "the database is unreachable; retry later" }

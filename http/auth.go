@@ -19,6 +19,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -120,25 +121,25 @@ func IssueToken(secret []byte, user, tenant string, roles []string, ttl time.Dur
 func (cl *claims) identity() (feature.User, *apiError) {
 	switch {
 	case cl.Subject == "":
-		return feature.User{}, unauthenticated(reasonInvalidToken, "the token names no user (sub)", nil)
+		return feature.User{}, unauthenticated(kumikotype.ReasonInvalidToken, "the token names no user (sub)", nil)
 	case len(cl.Subject) > maxSubjectLen || strings.ContainsRune(cl.Subject, 0):
-		return feature.User{}, unauthenticated(reasonInvalidToken,
+		return feature.User{}, unauthenticated(kumikotype.ReasonInvalidToken,
 			fmt.Sprintf("the token's user (sub) must be at most %d bytes without NUL characters", maxSubjectLen), nil)
 	case len(cl.Roles) > maxRoles:
-		return feature.User{}, unauthenticated(reasonInvalidToken, fmt.Sprintf("the token names more than %d roles", maxRoles), nil)
+		return feature.User{}, unauthenticated(kumikotype.ReasonInvalidToken, fmt.Sprintf("the token names more than %d roles", maxRoles), nil)
 	}
 	for _, r := range cl.Roles {
 		if len(r) > maxRoleLen || strings.ContainsRune(r, 0) {
-			return feature.User{}, unauthenticated(reasonInvalidToken,
+			return feature.User{}, unauthenticated(kumikotype.ReasonInvalidToken,
 				fmt.Sprintf("the token's roles must be at most %d bytes each without NUL characters", maxRoleLen), nil)
 		}
 	}
 	tid, err := uuid.Parse(cl.Tenant)
 	switch {
 	case err != nil || tid == uuid.Nil:
-		return feature.User{}, unauthenticated(reasonInvalidToken, "the token names no tenant UUID (tid)", err)
+		return feature.User{}, unauthenticated(kumikotype.ReasonInvalidToken, "the token names no tenant UUID (tid)", err)
 	case tid == eventstore.SystemTenant:
-		return feature.User{}, unauthenticated(reasonInvalidToken, "the token names the reserved system tenant (tid)", nil)
+		return feature.User{}, unauthenticated(kumikotype.ReasonInvalidToken, "the token names the reserved system tenant (tid)", nil)
 	}
 	return feature.User{ID: cl.Subject, TenantID: tid, Roles: cl.Roles, Authenticated: true}, nil
 }
@@ -227,7 +228,7 @@ func (a *authenticator) user(ctx context.Context, header string) (feature.User, 
 	scheme, token, _ := strings.Cut(header, " ")
 	token = strings.TrimSpace(token)
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return feature.User{}, time.Time{}, unauthenticated(reasonAuthorizationHeader, "the Authorization header must be `Bearer <token>`", nil)
+		return feature.User{}, time.Time{}, unauthenticated(kumikotype.ReasonAuthorizationHeader, "the Authorization header must be `Bearer <token>`", nil)
 	}
 	now := time.Now()
 	if u, exp, ok := a.verified.get(token, now, a.keys.holds); ok {
@@ -252,9 +253,9 @@ func (a *authenticator) user(ctx context.Context, header string) (feature.User, 
 			return feature.User{}, time.Time{}, unavailable
 		}
 		if errors.Is(err, jwt.ErrTokenExpired) {
-			return feature.User{}, time.Time{}, unauthenticated(reasonTokenExpired, "the token has expired", err)
+			return feature.User{}, time.Time{}, unauthenticated(kumikotype.ReasonTokenExpired, "the token has expired", err)
 		}
-		return feature.User{}, time.Time{}, unauthenticated(reasonInvalidToken, "the token is invalid", err)
+		return feature.User{}, time.Time{}, unauthenticated(kumikotype.ReasonInvalidToken, "the token is invalid", err)
 	}
 	u, err := cl.identity()
 	if err != nil {
@@ -266,7 +267,7 @@ func (a *authenticator) user(ctx context.Context, header string) (feature.User, 
 
 // unauthenticated is a 401; its WWW-Authenticate challenge follows the
 // reason (see challenge).
-func unauthenticated(reason, detail string, cause error) *apiError {
+func unauthenticated(reason kumikotype.Reason, detail string, cause error) *apiError {
 	return newAPIError(pipeline.CodeUnauthenticated, reason, detail).WithCause(cause)
 }
 
@@ -294,7 +295,7 @@ func (s *Server) requireOperator(c echo.Context, what string) error {
 	u := userOf(c)
 	switch {
 	case !u.Authenticated:
-		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to see "+what, nil)
+		return unauthenticated("", "sign in to see "+what, nil)
 	case !u.HasRole(s.cfg.OperatorRole):
 		return newAPIError(pipeline.CodeAccessDenied, "", "seeing "+what+" needs the role "+s.cfg.OperatorRole)
 	}

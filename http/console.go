@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // TokenUser verifies a bearer token the way the API's authentication does
@@ -18,7 +19,7 @@ import (
 // API's code (unauthenticated).
 func (s *Server) TokenUser(ctx context.Context, token string) (feature.User, time.Time, error) {
 	if token == "" {
-		return feature.User{}, time.Time{}, unauthenticated(reasonInvalidToken, "the token is empty", nil)
+		return feature.User{}, time.Time{}, unauthenticated(kumikotype.ReasonInvalidToken, "the token is empty", nil)
 	}
 	return s.auth.user(ctx, "Bearer "+token)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // StrictFraming wraps ln so that its connections refuse a request whose
@@ -279,11 +281,8 @@ func unhex(b byte) (byte, bool) {
 	return 0, false
 }
 
-// The problem of a request body in a content coding the API does not read.
-const (
-	reasonContentEncoding = "content_encoding"
-	headerContentEncoding = "Content-Encoding"
-)
+// headerContentEncoding names the content coding of a request body.
+const headerContentEncoding = "Content-Encoding"
 
 // refuseContentEncoding answers 415 unsupported_media_type (reason
 // content_encoding, with Accept-Encoding: identity) to a request with a
@@ -296,7 +295,7 @@ func (s *Server) refuseContentEncoding(next echo.HandlerFunc) echo.HandlerFunc {
 		if r.ContentLength == 0 || identityOnly(r.Header.Values(headerContentEncoding)) {
 			return next(c)
 		}
-		return newAPIError(codeUnsupportedMediaType, reasonContentEncoding,
+		return newAPIError(codeUnsupportedMediaType, kumikotype.ReasonContentEncoding,
 			"the request body must not be content-encoded (Content-Encoding: identity or none)")
 	}
 }

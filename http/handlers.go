@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -89,15 +90,15 @@ func (s *Server) inspect(c echo.Context) error {
 	u := userOf(c)
 	switch {
 	case !u.Authenticated:
-		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to inspect streams", nil)
+		return unauthenticated("", "sign in to inspect streams", nil)
 	case !u.HasRole(s.cfg.AdminRole):
 		return newAPIError(pipeline.CodeAccessDenied, "", "inspecting streams needs the role "+s.cfg.AdminRole)
 	}
 	typ := c.Param("aggregateType")
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil || id == uuid.Nil {
-		return invalidInput("invalid_id", "the id must be a non-nil UUID",
-			registry.FieldError{Path: "id", Code: "type", Message: "must be a non-nil UUID"})
+		return invalidInput(kumikotype.ReasonInvalidID, "the id must be a non-nil UUID",
+			registry.FieldError{Path: "id", Code: string(kumikotype.FieldCodeType), Message: "must be a non-nil UUID"})
 	}
 	out, err := pipeline.Inspect(c.Request().Context(), s.store, u.TenantID, typ, id, time.Time{})
 	if err != nil {
@@ -118,7 +119,7 @@ func (s *Server) readyz(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			return newAPIError(pipeline.CodeUnavailable, "not_ready", "the service is not ready; retry later").WithCause(err)
+			return newAPIError(pipeline.CodeUnavailable, kumikotype.ReasonNotReady, "the service is not ready; retry later").WithCause(err)
 		}
 	}
 	return respond(c, http.StatusOK, map[string]string{"status": "ready"})

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -42,7 +43,7 @@ func (s *Server) idempotent(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		key := values[0]
 		if len(values) > 1 || key == "" || len(key) > maxKeyLen || !printable(key) {
-			return invalidInput(reasonIdempotencyKey, "the Idempotency-Key must be one value of 1 to 255 printable ASCII characters")
+			return invalidInput(kumikotype.ReasonIdempotencyKey, "the Idempotency-Key must be one value of 1 to 255 printable ASCII characters")
 		}
 		u := userOf(c)
 		if !u.Authenticated {
@@ -60,14 +61,14 @@ func (s *Server) idempotent(next echo.HandlerFunc) echo.HandlerFunc {
 		resp, err := s.claim(req.Context(), k, info.requestHash)
 		switch {
 		case errors.Is(err, idempotency.ErrKeyReused):
-			return newAPIError(pipeline.CodeIdempotencyConflict, pipeline.ReasonKeyReused, "the idempotency key was used for a different request")
+			return newAPIError(pipeline.CodeIdempotencyConflict, kumikotype.ReasonKeyReused, "the idempotency key was used for a different request")
 		case errors.Is(err, idempotency.ErrInProgress):
-			return newAPIError(pipeline.CodeIdempotencyConflict, reasonRequestInProgress, "a request with this idempotency key is still in progress; retry later")
+			return newAPIError(pipeline.CodeIdempotencyConflict, kumikotype.ReasonRequestInProgress, "a request with this idempotency key is still in progress; retry later")
 		case errors.Is(err, idempotency.ErrUnavailable) && s.cfg.IdempotencyFailOpen:
 			info.log.Warn("idempotency store unavailable; running the keyed request without replay", "err", err)
 			return next(c)
 		case errors.Is(err, idempotency.ErrUnavailable):
-			return newAPIError(pipeline.CodeUnavailable, reasonIdempotencyDown, "idempotent requests cannot be served right now; retry later").WithCause(err)
+			return newAPIError(pipeline.CodeUnavailable, kumikotype.ReasonIdempotencyUnavailable, "idempotent requests cannot be served right now; retry later").WithCause(err)
 		case err != nil:
 			return pipeline.AsError(err) // the client went away, or a store that broke its contract
 		case resp != nil:
@@ -208,7 +209,7 @@ func (s *Server) settle(st settlement) {
 func replay(c echo.Context, resp *idempotency.Response) error {
 	c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 	if resp.ContentType == responseOmitted {
-		return newAPIError(pipeline.CodeIdempotencyConflict, pipeline.ReasonAlreadyApplied,
+		return newAPIError(pipeline.CodeIdempotencyConflict, kumikotype.ReasonAlreadyApplied,
 			"this request was already applied; its response was too large to keep for replay")
 	}
 	ct, status := resp.ContentType, resp.Status

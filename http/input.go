@@ -16,16 +16,13 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
 // maxTypeLen is the longest handler name an envelope may carry.
 const maxTypeLen = 200
-
-// reasonDuplicateKey is the reason of the 400 for a body holding an object
-// key twice, and the code of its field problem.
-const reasonDuplicateKey = "duplicate_key"
 
 // readBody returns the middleware that reads and checks a JSON request body
 // before anything else looks at it: content type, size, UTF-8, syntax,
@@ -59,13 +56,13 @@ func readJSON(r *http.Request, limit int64, maxDepth int) ([]byte, error) {
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return nil, invalidInput("unreadable_body", "the request body could not be read").WithCause(err)
+		return nil, invalidInput(kumikotype.ReasonUnreadableBody, "the request body could not be read").WithCause(err)
 	}
 	if int64(len(body)) > limit {
 		return nil, tooLarge
 	}
 	if !utf8.Valid(body) {
-		return nil, invalidInput("invalid_utf8", "the request body is not valid UTF-8")
+		return nil, invalidInput(kumikotype.ReasonInvalidUTF8, "the request body is not valid UTF-8")
 	}
 	if err := scanJSON(body, maxDepth); err != nil {
 		return nil, err
@@ -75,7 +72,7 @@ func readJSON(r *http.Request, limit int64, maxDepth int) ([]byte, error) {
 
 // checkContentType accepts application/json with at most a UTF-8 charset.
 func checkContentType(ct string) error {
-	bad := invalidInput("content_type", "the Content-Type must be application/json")
+	bad := invalidInput(kumikotype.ReasonContentType, "the Content-Type must be application/json")
 	if ct == "" {
 		return bad
 	}
@@ -173,7 +170,7 @@ func (k *keyScan) key(raw []byte) error {
 	}
 	var s string
 	if err := json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &s); err != nil {
-		return invalidInput("invalid_json", "the request body is not valid JSON").WithCause(err)
+		return invalidInput(kumikotype.ReasonInvalidJSON, "the request body is not valid JSON").WithCause(err)
 	}
 	return k.add([]byte(s))
 }
@@ -202,8 +199,8 @@ func (k *keyScan) add(key []byte) error {
 			k.keys = append(k.keys, key)
 		}
 		path := k.path()
-		return invalidInput(reasonDuplicateKey, "the request body holds the key "+strconv.Quote(string(key))+" twice in one object", registry.FieldError{
-			Path: path, Code: reasonDuplicateKey, Message: "is given twice; every key of an object must be unique",
+		return invalidInput(kumikotype.ReasonDuplicateKey, "the request body holds the key "+strconv.Quote(string(key))+" twice in one object", registry.FieldError{
+			Path: path, Code: string(kumikotype.FieldCodeDuplicateKey), Message: "is given twice; every key of an object must be unique",
 		})
 	}
 	if top.set == nil && len(seen) >= keysListed {
@@ -275,7 +272,7 @@ func isIdentifier(s string) bool {
 // no object holds a key twice.
 func scanValid(body []byte, maxDepth int) error {
 	if first := bytes.TrimLeft(body, " \t\r\n"); first[0] != '{' {
-		return invalidInput("invalid_json", "the request body must be a JSON object")
+		return invalidInput(kumikotype.ReasonInvalidJSON, "the request body must be a JSON object")
 	}
 	k := keyScans.Get().(*keyScan)
 	defer k.release()
@@ -287,7 +284,7 @@ func scanValid(body []byte, maxDepth int) error {
 			for i++; body[i] != '"'; i++ {
 				if body[i] == '\\' {
 					if body[i+1] == 'u' && string(body[i+2:i+6]) == "0000" {
-						return invalidInput("invalid_character", "strings must not contain the character U+0000")
+						return invalidInput(kumikotype.ReasonInvalidCharacter, "strings must not contain the character U+0000")
 					}
 					i++ // the escaped character (of \uXXXX, the u: hex digits are never special)
 				}
@@ -300,7 +297,7 @@ func scanValid(body []byte, maxDepth int) error {
 			}
 		case '{', '[':
 			if len(k.frames) >= maxDepth {
-				return invalidInput("too_deep", fmt.Sprintf("the JSON nests deeper than allowed (%d levels below the envelope)", maxDepth))
+				return invalidInput(kumikotype.ReasonTooDeep, fmt.Sprintf("the JSON nests deeper than allowed (%d levels below the envelope)", maxDepth))
 			}
 			k.open(body[i] == '{')
 			wantKey = body[i] == '{'
@@ -327,19 +324,19 @@ func scanTokens(body []byte, maxDepth int) error {
 		tok, err := dec.Token()
 		if err != nil {
 			if errors.Is(err, io.EOF) && first {
-				return invalidInput("invalid_json", "the request body is empty")
+				return invalidInput(kumikotype.ReasonInvalidJSON, "the request body is empty")
 			}
-			return invalidInput("invalid_json", "the request body is not valid JSON").WithCause(err)
+			return invalidInput(kumikotype.ReasonInvalidJSON, "the request body is not valid JSON").WithCause(err)
 		}
 		if first && tok != json.Delim('{') {
-			return invalidInput("invalid_json", "the request body must be a JSON object")
+			return invalidInput(kumikotype.ReasonInvalidJSON, "the request body must be a JSON object")
 		}
 		switch t := tok.(type) {
 		case json.Delim:
 			switch t {
 			case '{', '[':
 				if len(k.frames) >= maxDepth {
-					return invalidInput("too_deep", fmt.Sprintf("the JSON nests deeper than allowed (%d levels below the envelope)", maxDepth))
+					return invalidInput(kumikotype.ReasonTooDeep, fmt.Sprintf("the JSON nests deeper than allowed (%d levels below the envelope)", maxDepth))
 				}
 				k.open(t == '{')
 				k.frames[len(k.frames)-1].wantKey = t == '{'
@@ -349,7 +346,7 @@ func scanTokens(body []byte, maxDepth int) error {
 			}
 		case string:
 			if strings.IndexByte(t, 0) >= 0 {
-				return invalidInput("invalid_character", "strings must not contain the character U+0000")
+				return invalidInput(kumikotype.ReasonInvalidCharacter, "strings must not contain the character U+0000")
 			}
 			if top := &k.frames[len(k.frames)-1]; top.wantKey {
 				top.wantKey = false
@@ -371,7 +368,7 @@ func scanTokens(body []byte, maxDepth int) error {
 		}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return invalidInput("trailing_data", "the request body holds data after the JSON object")
+		return invalidInput(kumikotype.ReasonTrailingData, "the request body holds data after the JSON object")
 	}
 	return nil
 }
@@ -381,7 +378,7 @@ func scanTokens(body []byte, maxDepth int) error {
 func parseRequest(raw json.RawMessage, path string) (pipeline.Request, []registry.FieldError) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		return pipeline.Request{}, []registry.FieldError{{Path: path, Code: "type", Message: "must be an object"}}
+		return pipeline.Request{}, []registry.FieldError{{Path: path, Code: string(kumikotype.FieldCodeType), Message: "must be an object"}}
 	}
 	fields := unknownKeys(obj, path, "type", "payload")
 	at := func(k string) string {
@@ -393,13 +390,13 @@ func parseRequest(raw json.RawMessage, path string) (pipeline.Request, []registr
 	var typ string
 	switch t, ok := obj["type"]; {
 	case !ok || string(t) == "null":
-		fields = append(fields, registry.FieldError{Path: at("type"), Code: "required", Message: "is required"})
+		fields = append(fields, registry.FieldError{Path: at("type"), Code: string(kumikotype.FieldCodeRequired), Message: "is required"})
 	case json.Unmarshal(t, &typ) != nil:
-		fields = append(fields, registry.FieldError{Path: at("type"), Code: "type", Message: "must be a string"})
+		fields = append(fields, registry.FieldError{Path: at("type"), Code: string(kumikotype.FieldCodeType), Message: "must be a string"})
 	case typ == "":
-		fields = append(fields, registry.FieldError{Path: at("type"), Code: "required", Message: "must not be empty"})
+		fields = append(fields, registry.FieldError{Path: at("type"), Code: string(kumikotype.FieldCodeRequired), Message: "must not be empty"})
 	case len(typ) > maxTypeLen:
-		fields = append(fields, registry.FieldError{Path: at("type"), Code: "max", Message: fmt.Sprintf("must be at most %d characters", maxTypeLen)})
+		fields = append(fields, registry.FieldError{Path: at("type"), Code: string(kumikotype.FieldCodeMax), Message: fmt.Sprintf("must be at most %d characters", maxTypeLen)})
 	}
 	return pipeline.Request{Type: typ, Payload: obj["payload"]}, fields
 }
@@ -417,7 +414,7 @@ func unknownKeys(obj map[string]json.RawMessage, path string, known ...string) [
 			if path != "" {
 				p = path + "." + k
 			}
-			out = append(out, registry.FieldError{Path: p, Code: "unknown_field", Message: "is not a known field"})
+			out = append(out, registry.FieldError{Path: p, Code: string(kumikotype.FieldCodeUnknownField), Message: "is not a known field"})
 		}
 	}
 	return out
@@ -427,7 +424,7 @@ func unknownKeys(obj map[string]json.RawMessage, path string, known ...string) [
 func requestOf(c echo.Context) (pipeline.Request, error) {
 	req, fields := parseRequest(bodyOf(c), "")
 	if len(fields) > 0 {
-		return req, invalidInput(reasonInvalidEnvelope, `the body must be {"type": "<handler>", "payload": {…}}`, fields...)
+		return req, invalidInput(kumikotype.ReasonInvalidEnvelope, `the body must be {"type": "<handler>", "payload": {…}}`, fields...)
 	}
 	return req, nil
 }
@@ -435,19 +432,19 @@ func requestOf(c echo.Context) (pipeline.Request, error) {
 // requestsOf decodes the body of a batch: {"commands":[envelope, …]}.
 func requestsOf(c echo.Context) ([]pipeline.Request, error) {
 	bad := func(fields ...registry.FieldError) error {
-		return invalidInput(reasonInvalidEnvelope, `the body must be {"commands": [{"type": "<handler>", "payload": {…}}, …]}`, fields...)
+		return invalidInput(kumikotype.ReasonInvalidEnvelope, `the body must be {"commands": [{"type": "<handler>", "payload": {…}}, …]}`, fields...)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(bodyOf(c), &obj); err != nil {
-		return nil, bad(registry.FieldError{Code: "type", Message: "must be an object"})
+		return nil, bad(registry.FieldError{Code: string(kumikotype.FieldCodeType), Message: "must be an object"})
 	}
 	fields := unknownKeys(obj, "", "commands")
 	var elems []json.RawMessage
 	switch raw, ok := obj["commands"]; {
 	case !ok || string(raw) == "null":
-		fields = append(fields, registry.FieldError{Path: "commands", Code: "required", Message: "is required"})
+		fields = append(fields, registry.FieldError{Path: "commands", Code: string(kumikotype.FieldCodeRequired), Message: "is required"})
 	case json.Unmarshal(raw, &elems) != nil:
-		fields = append(fields, registry.FieldError{Path: "commands", Code: "type", Message: "must be an array"})
+		fields = append(fields, registry.FieldError{Path: "commands", Code: string(kumikotype.FieldCodeType), Message: "must be an array"})
 	}
 	reqs := make([]pipeline.Request, len(elems))
 	for i, el := range elems {

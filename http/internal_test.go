@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // Every code of the error contract maps to its status; codes no request
@@ -19,9 +20,10 @@ import (
 func TestStatusOfEveryCode(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		code, reason string
-		status       int
-		retryAfter   bool
+		code       string
+		reason     kumikotype.Reason
+		status     int
+		retryAfter bool
 	}{
 		{"validation_error", "", 400, false},
 		{"unauthenticated", "", 401, false},

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 )
 
@@ -34,10 +35,6 @@ const (
 	// jwksMaxBody is the largest discovery document or key set read.
 	jwksMaxBody = 1 << 20
 )
-
-// reasonJWKSUnavailable is the reason of the 503 a token gets when its key
-// is not cached and the key set cannot be fetched.
-const reasonJWKSUnavailable = "jwks_unavailable"
 
 // keySet is a cache of the public keys of a JWKS URL, or of the jwks_uri an
 // OIDC issuer's discovery document names. Keys are fetched on first use,
@@ -91,7 +88,7 @@ func (k *keySet) key(ctx context.Context, kid string) (crypto.PublicKey, error) 
 		err = errors.New("no key set fetched yet; the last fetch failed moments ago")
 		fallthrough
 	case empty:
-		return nil, newAPIError(pipeline.CodeUnavailable, reasonJWKSUnavailable, "the signing keys cannot be fetched; retry later").WithCause(err)
+		return nil, newAPIError(pipeline.CodeUnavailable, kumikotype.ReasonJWKSUnavailable, "the signing keys cannot be fetched; retry later").WithCause(err)
 	}
 	return nil, nil // kid unknown to the set
 }

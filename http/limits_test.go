@@ -126,6 +126,7 @@ func TestIdempotencyRecordIsCapped(t *testing.T) {
 		require.Greater(t, len(r.body), limit)
 		require.Empty(t, r.header.Get("Idempotent-Replayed"))
 	}
+	require.NoError(t, e.s.WaitRecords(ctx)) // a record is settled after the answer
 	require.Len(t, records(), 1, "no record of the 4xx")
 
 	// A response within the limit is replayed as before.

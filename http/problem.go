@@ -14,25 +14,19 @@ import (
 
 // Codes the adapter answers on its own, next to the pipeline's codes (all
 // of them kumikotype's), and other wire constants of the error contract.
+// Its reasons and field problem codes are kumikotype's constants.
 const (
-	codePayloadTooLarge       = string(kumikotype.CodePayloadTooLarge)
-	codeRateLimited           = string(kumikotype.CodeRateLimited)
-	codeMethodNotAllowed      = string(kumikotype.CodeMethodNotAllowed)
-	codeClientClosed          = string(kumikotype.CodeClientClosed)
-	codeUnsupportedMediaType  = string(kumikotype.CodeUnsupportedMediaType)
-	problemTypeBase           = kumikotype.ProblemTypeBase
-	contentTypeProblem        = kumikotype.ContentTypeProblem
-	contentTypeJSON           = "application/json"
-	retryAfterSeconds         = "1"
-	genericInternalDetail     = "internal error"
-	reasonRequestInProgress   = "request_in_progress"
-	reasonInvalidEnvelope     = "invalid_envelope"
-	reasonIdempotencyKey      = "idempotency_key"
-	reasonIdempotencyDown     = "idempotency_unavailable"
-	reasonInvalidToken        = "invalid_token"
-	reasonTokenExpired        = "token_expired"
-	reasonAuthorizationHeader = "authorization_header"
-	detailFailedIndex         = "failedIndex"
+	codePayloadTooLarge      = string(kumikotype.CodePayloadTooLarge)
+	codeRateLimited          = string(kumikotype.CodeRateLimited)
+	codeMethodNotAllowed     = string(kumikotype.CodeMethodNotAllowed)
+	codeClientClosed         = string(kumikotype.CodeClientClosed)
+	codeUnsupportedMediaType = string(kumikotype.CodeUnsupportedMediaType)
+	problemTypeBase          = kumikotype.ProblemTypeBase
+	contentTypeProblem       = kumikotype.ContentTypeProblem
+	contentTypeJSON          = "application/json"
+	retryAfterSeconds        = "1"
+	genericInternalDetail    = "internal error"
+	detailFailedIndex        = "failedIndex"
 )
 
 // statusClientClosed is the status of a request whose client closed its
@@ -67,11 +61,11 @@ type contractError interface {
 	Detail() string
 }
 
-func newAPIError(code, reason, detail string) *apiError {
+func newAPIError(code string, reason kumikotype.Reason, detail string) *apiError {
 	return kumikotype.NewError(kumikotype.Code(code), reason, detail, nil)
 }
 
-func invalidInput(reason, detail string, fields ...registry.FieldError) *apiError {
+func invalidInput(reason kumikotype.Reason, detail string, fields ...registry.FieldError) *apiError {
 	return newAPIError(pipeline.CodeValidation, reason, detail).WithFields(fields)
 }
 
@@ -124,7 +118,7 @@ func toProblem(err error) (p problem, header http.Header, cause error) {
 			details = map[string]any{detailFailedIndex: i}
 		}
 		reason, detail := pipeline.CodeInternal, genericInternalDetail
-		if p.Code == pipeline.CodeInternal && p.Reason == pipeline.ReasonUnknownEventVersion {
+		if p.Code == pipeline.CodeInternal && p.Reason == string(kumikotype.ReasonEventSchemaUnknownVersion) {
 			// The one 500 whose reason is contract: the client learns
 			// that the server is older than the data, in a fixed sentence.
 			reason, detail = p.Reason, p.Detail
@@ -138,7 +132,7 @@ func toProblem(err error) (p problem, header http.Header, cause error) {
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		header.Set("Retry-After", retryAfterSeconds)
 	case http.StatusConflict:
-		if p.Reason == reasonRequestInProgress {
+		if p.Reason == string(kumikotype.ReasonRequestInProgress) {
 			header.Set("Retry-After", retryAfterSeconds)
 		}
 	case http.StatusUnsupportedMediaType:
@@ -177,7 +171,7 @@ func capFields(fs []fieldProblem, err error) ([]fieldProblem, int) {
 func echoProblem(he *echo.HTTPError) problem {
 	switch he.Code {
 	case http.StatusNotFound:
-		return problem{Code: pipeline.CodeNotFound, Reason: "route_not_found", Detail: "no such route"}
+		return problem{Code: pipeline.CodeNotFound, Reason: string(kumikotype.ReasonRouteNotFound), Detail: "no such route"}
 	case http.StatusMethodNotAllowed:
 		return problem{Code: codeMethodNotAllowed, Detail: "the route does not accept this method"}
 	case http.StatusRequestEntityTooLarge:
@@ -192,7 +186,7 @@ func echoProblem(he *echo.HTTPError) problem {
 		return problem{Code: pipeline.CodeUnavailable, Detail: "the service is unavailable; retry later"}
 	}
 	if he.Code >= 400 && he.Code < 500 {
-		return problem{Code: pipeline.CodeValidation, Reason: "bad_request", Detail: http.StatusText(he.Code)}
+		return problem{Code: pipeline.CodeValidation, Reason: string(kumikotype.ReasonBadRequest), Detail: http.StatusText(he.Code)}
 	}
 	return problem{Code: pipeline.CodeInternal}
 }

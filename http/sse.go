@@ -19,6 +19,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/sse"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -48,10 +49,9 @@ const (
 	sseDropShutdown = "shutdown"
 )
 
-// The reasons of the 429 rate_limited a stream past a cap answers.
+// The details of the 429 rate_limited a stream past a cap answers (reasons
+// kumikotype.ReasonTooManyStreams and ReasonStreamsExhausted).
 const (
-	reasonTooManyStreams   = "too_many_streams"
-	reasonStreamsExhausted = "streams_exhausted"
 	detailTooManyStreams   = "too many open event streams for this user; close one or retry later"
 	detailStreamsExhausted = "the server holds as many event streams as it allows; retry later"
 )
@@ -388,13 +388,14 @@ var (
 	// event name, and the problem fields of the 401 a request with that
 	// token would now get.
 	tokenExpiredFrame = []byte("event: token_expired\n" +
-		`data: {"code":"unauthenticated","reason":"token_expired","detail":"the token has expired; reconnect with a fresh token and Last-Event-ID to resume"}` +
+		`data: {"code":"` + string(kumikotype.CodeUnauthenticated) + `","reason":"` + string(kumikotype.ReasonTokenExpired) +
+		`","detail":"the token has expired; reconnect with a fresh token and Last-Event-ID to resume"}` +
 		"\n\n")
 	// overflowFrame is the last frame of a stream that fell a whole buffer
 	// behind the live feed: no id either, so the client resumes from the
 	// last event it got.
 	overflowFrame = []byte("event: overflow\n" +
-		`data: {"code":"overflow","reason":"slow_client","detail":"the client fell too far behind the live events; reconnect with Last-Event-ID to resume"}` +
+		`data: {"code":"overflow","reason":"` + string(kumikotype.ReasonSlowClient) + `","detail":"the client fell too far behind the live events; reconnect with Last-Event-ID to resume"}` +
 		"\n\n")
 	// lineBreaks would end an SSE field early.
 	lineBreaks = strings.NewReplacer("\r", "", "\n", "")
@@ -415,7 +416,7 @@ var (
 func (s *Server) events(c echo.Context) error {
 	u := userOf(c)
 	if !u.Authenticated {
-		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to follow events", nil)
+		return unauthenticated("", "sign in to follow events", nil)
 	}
 	req, err := parseEventsRequest(c)
 	if err != nil {
@@ -467,11 +468,11 @@ func (s *Server) events(c echo.Context) error {
 func subscribeFailed(err error) error {
 	switch {
 	case errors.Is(err, errStreamsClosed):
-		return newAPIError(pipeline.CodeUnavailable, "shutting_down", "the server is shutting down; retry later").WithCause(err)
+		return newAPIError(pipeline.CodeUnavailable, kumikotype.ReasonShuttingDown, "the server is shutting down; retry later").WithCause(err)
 	case errors.Is(err, errTooManyStreams):
-		return newAPIError(codeRateLimited, reasonTooManyStreams, detailTooManyStreams).WithCause(err)
+		return newAPIError(codeRateLimited, kumikotype.ReasonTooManyStreams, detailTooManyStreams).WithCause(err)
 	case errors.Is(err, errStreamsExhausted):
-		return newAPIError(codeRateLimited, reasonStreamsExhausted, detailStreamsExhausted).WithCause(err)
+		return newAPIError(codeRateLimited, kumikotype.ReasonStreamsExhausted, detailStreamsExhausted).WithCause(err)
 	}
 	return pipeline.AsError(err)
 }
@@ -650,15 +651,15 @@ func sseTypes(q string) ([]string, error) {
 			continue
 		}
 		if strings.Contains(strings.TrimSuffix(t, ".*"), "*") || t == "*" {
-			return nil, invalidInput("invalid_types", "a pattern in types ends in .* after a prefix, e.g. task.*",
-				registry.FieldError{Path: "types", Code: "pattern", Message: "* only as the last segment: task.*"})
+			return nil, invalidInput(kumikotype.ReasonInvalidTypes, "a pattern in types ends in .* after a prefix, e.g. task.*",
+				registry.FieldError{Path: "types", Code: string(kumikotype.FieldCodePattern), Message: "* only as the last segment: task.*"})
 		}
 		seen[t] = true
 		types = append(types, t)
 	}
 	if len(types) > sseMaxTypes {
-		return nil, invalidInput("invalid_types", "types names at most "+strconv.Itoa(sseMaxTypes)+" event types",
-			registry.FieldError{Path: "types", Code: "max", Message: "at most " + strconv.Itoa(sseMaxTypes) + " event types"})
+		return nil, invalidInput(kumikotype.ReasonInvalidTypes, "types names at most "+strconv.Itoa(sseMaxTypes)+" event types",
+			registry.FieldError{Path: "types", Code: string(kumikotype.FieldCodeMax), Message: "at most " + strconv.Itoa(sseMaxTypes) + " event types"})
 	}
 	if len(types) == 0 {
 		return nil, nil
@@ -695,8 +696,8 @@ func sseResumePoint(c echo.Context) (after int64, resume bool, err error) {
 	}
 	after, err = strconv.ParseInt(raw, 10, 64)
 	if err != nil || after < 0 {
-		return 0, false, invalidInput("invalid_resume_point", path+" must be an event id (a non-negative integer)",
-			registry.FieldError{Path: path, Code: "type", Message: "must be a non-negative integer"})
+		return 0, false, invalidInput(kumikotype.ReasonInvalidResumePoint, path+" must be an event id (a non-negative integer)",
+			registry.FieldError{Path: path, Code: string(kumikotype.FieldCodeType), Message: "must be a non-negative integer"})
 	}
 	return after, true, nil
 }

@@ -50,7 +50,7 @@ const (
 func (s *Server) projectionEvents(c echo.Context) error {
 	u := userOf(c)
 	if !u.Authenticated {
-		return unauthenticated(pipeline.CodeUnauthenticated, "sign in to follow a projection", nil)
+		return unauthenticated("", "sign in to follow a projection", nil)
 	}
 	feed, err := s.d.RowFeed(c.Param("name"))
 	if err != nil {

@@ -24,7 +24,7 @@ type deadNotFound struct{}
 
 func (deadNotFound) Error() string  { return "no such dead message" }
 func (deadNotFound) Code() string   { return string(kumikotype.CodeNotFound) }
-func (deadNotFound) Reason() string { return "dead_message_not_found" }
+func (deadNotFound) Reason() string { return string(kumikotype.ReasonDeadMessageNotFound) }
 func (deadNotFound) Detail() string { return "no such dead message" }
 
 // DeadMessage is a message a handler failed on every attempt.

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -114,30 +115,30 @@ func message(d amqp.Delivery) (feature.Message, error) {
 		m.PublishedAt = time.Now().UTC()
 	}
 	var bad []registry.FieldError
-	fail := func(path, code, msg string) {
-		bad = append(bad, registry.FieldError{Path: path, Code: code, Message: msg})
+	fail := func(path string, code kumikotype.FieldCode, msg string) {
+		bad = append(bad, registry.FieldError{Path: path, Code: string(code), Message: msg})
 	}
 	if m.Type == "" {
-		fail("properties.type", "required", "type (or the routing key) must name the contract")
+		fail("properties.type", kumikotype.FieldCodeRequired, "type (or the routing key) must name the contract")
 	}
 	if ct := d.ContentType; ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			fail("properties.content_type", "oneof", fmt.Sprintf("content type %q is not application/json", ct))
+			fail("properties.content_type", kumikotype.FieldCodeOneOf, fmt.Sprintf("content type %q is not application/json", ct))
 		}
 	}
 	switch tenant, ok := text(d.Headers[headerTenant]); {
 	case !ok || tenant == "":
-		fail("headers."+headerTenant, "required", "the tenant's UUID is required, as a string")
+		fail("headers."+headerTenant, kumikotype.FieldCodeRequired, "the tenant's UUID is required, as a string")
 	default:
 		id, err := uuid.Parse(tenant)
 		if err != nil {
-			fail("headers."+headerTenant, "uuid", fmt.Sprintf("tenant %q is not a UUID", tenant))
+			fail("headers."+headerTenant, kumikotype.FieldCodeUUID, fmt.Sprintf("tenant %q is not a UUID", tenant))
 		}
 		m.TenantID = id
 	}
 	v, err := version(d.Headers[headerVersion])
 	if err != nil {
-		fail("headers."+headerVersion, "type", err.Error())
+		fail("headers."+headerVersion, kumikotype.FieldCodeType, err.Error())
 	}
 	m.Version = v
 	m.UserID, _ = text(d.Headers[headerUser])

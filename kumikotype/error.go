@@ -11,18 +11,19 @@ import (
 // consumer.Error are this type; the HTTP adapter and the console read any
 // error with Code, Reason and Detail methods.
 type Error struct {
-	code           Code
-	reason, detail string
-	fields         []FieldError
-	details        map[string]any
-	cause          error
+	code    Code
+	reason  Reason
+	detail  string
+	fields  []FieldError
+	details map[string]any
+	cause   error
 }
 
 // NewError is an error of code with reason (the code when empty), detail
 // and cause (nil for none).
-func NewError(code Code, reason, detail string, cause error) *Error {
+func NewError(code Code, reason Reason, detail string, cause error) *Error {
 	if reason == "" {
-		reason = string(code)
+		reason = Reason(code)
 	}
 	return &Error{code: code, reason: reason, detail: detail, cause: cause}
 }
@@ -31,13 +32,13 @@ func NewError(code Code, reason, detail string, cause error) *Error {
 func (e *Error) Code() string { return string(e.code) }
 
 // Reason is the finer reason code; the code when there is none finer.
-func (e *Error) Reason() string { return e.reason }
+func (e *Error) Reason() string { return string(e.reason) }
 
 // Detail is a sentence safe to show to a client.
 func (e *Error) Detail() string { return e.detail }
 
 // Status is the HTTP status of the error's code and reason.
-func (e *Error) Status() int { return e.code.Status(e.reason) }
+func (e *Error) Status() int { return e.code.Status(string(e.reason)) }
 
 // Fields lists payload problems (validation_error); nil when there are
 // none.
@@ -74,8 +75,8 @@ func (e *Error) WithCause(cause error) *Error {
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(string(e.code))
-	if e.reason != "" && e.reason != string(e.code) {
-		b.WriteString(" (" + e.reason + ")")
+	if e.reason != "" && e.reason != Reason(e.code) {
+		b.WriteString(" (" + string(e.reason) + ")")
 	}
 	if e.detail != "" {
 		b.WriteString(": " + e.detail)
@@ -95,11 +96,12 @@ type FieldError struct {
 	// Path is the JSON path of the value in camelCase wire names, e.g.
 	// "items[2].name" or `tags["a b"]`; "" for the payload itself.
 	Path string
-	// Code is stable: "invalid_json", "type", "required", "unknown_field",
-	// "max", "min", "oneof", "not_sortable", "duplicate", "range" (a value
-	// the database cannot store, such as a time outside years 1 to 9999),
-	// "invalid_character", or the name of the failing validate tag
-	// ("email", "gte", …).
+	// Code is stable: one of the FieldCode constants ("invalid_json",
+	// "type", "required", "unknown_field", "max", "min", "oneof",
+	// "not_sortable", "duplicate", "range" (a value the database cannot
+	// store, such as a time outside years 1 to 9999), "invalid_character",
+	// "duplicate_key", …), or the name of the failing validate tag
+	// ("email", "gte", …). It is a string: string(FieldCodeRequired).
 	Code string
 	// Message is a sentence for humans, safe to show to clients.
 	Message string

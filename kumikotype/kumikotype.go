@@ -1,13 +1,16 @@
 // Package kumikotype holds what every layer of kumiko shares and none owns:
 // the stored event and its metadata (eventstore.Event and feature.Event are
 // Event), the error codes of the contract (SPEC §5) with the HTTP status
-// and title of each, and the application/problem+json body every error
+// and title of each, its reasons and field problem codes, and the
+// application/problem+json body every error
 // answer has. It imports nothing of kumiko, so the event store, feature
 // code, the pipeline, the HTTP adapter and the ops console share one record
 // and one vocabulary.
 //
 // A new error code is added here, and only here: a Code constant, its
-// status in Code.Status and its title in Code.Title.
+// status in Code.Status and its title in Code.Title. So is a new reason (a
+// Reason constant) and a new field problem code (a FieldCode constant):
+// the packages that answer them use the constants, never the bare string.
 package kumikotype
 
 import (
@@ -47,11 +50,6 @@ const (
 	CodeInternal             Code = "internal_error"
 )
 
-// ReasonKeyReused is the reason of the idempotency_conflict of a key used
-// before for a request with another body: a 422, where the other reasons
-// of that code are a 409.
-const ReasonKeyReused = "key_reused"
-
 // StatusClientClosed is the status of CodeClientClosed (nginx's 499).
 const StatusClientClosed = 499
 
@@ -78,7 +76,7 @@ func (c Code) Status(reason string) int {
 	case CodeVersionConflict, CodeStreamArchived, CodeUniqueViolation:
 		return http.StatusConflict
 	case CodeIdempotencyConflict:
-		if reason == ReasonKeyReused {
+		if Reason(reason) == ReasonKeyReused {
 			return http.StatusUnprocessableEntity
 		}
 		return http.StatusConflict

@@ -1,9 +1,14 @@
 // Package pipeline is the event-store executor: it executes requests
 // against the event store — writes, batches, queries and commands through
 // their gates (handler exists → access → payload validation → field access
-// → handler) — turns CRUD into events plus read-table rows in one
-// transaction, runs inline projections, rebuilds projections, and hands the
-// contexts to feature code. [New] builds the [Executor].
+// → handler) — turns CRUD into events, appends them and applies them to
+// the read side in the same transaction, and hands the contexts to feature
+// code. [New] builds the [Executor].
+//
+// The read side — read tables, lists and details, projection queries,
+// rebuilds, the row feed — is internal/projection's; the executor's
+// methods for it (EnsureSchema, RebuildProjection, ProjectionStatuses,
+// RowFeed) hand over to it.
 //
 // Every write is an event; the event, the entity's read row and every inline
 // projection change of a request commit together or not at all. Every read

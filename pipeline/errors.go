@@ -39,7 +39,7 @@ const (
 // error type of the contract, which the consumer operations answer too.
 type Error = kumikotype.Error
 
-func newError(code, reason, detail string, cause error) *Error {
+func newError(code string, reason kumikotype.Reason, detail string, cause error) *Error {
 	return kumikotype.NewError(kumikotype.Code(code), reason, detail, cause)
 }
 
@@ -76,7 +76,7 @@ func AsError(err error) *Error {
 	)
 	switch {
 	case errors.As(err, &ce):
-		e := newError(ce.Code(), ce.Reason(), ce.Detail(), err)
+		e := newError(ce.Code(), kumikotype.Reason(ce.Reason()), ce.Detail(), err)
 		if d, ok := ce.(interface{ Details() map[string]any }); ok {
 			for k, v := range d.Details() {
 				_ = e.With(k, v)
@@ -86,16 +86,16 @@ func AsError(err error) *Error {
 	case errors.As(err, &ve):
 		return newError(CodeValidation, "", "the payload is not valid", err).WithFields(ve.Fields)
 	case errors.Is(err, eventstore.ErrUnknownEventVersion):
-		return newError(CodeInternal, ReasonUnknownEventVersion,
+		return newError(CodeInternal, kumikotype.ReasonEventSchemaUnknownVersion,
 			"a stored event is of a newer version than this server knows; run the newer release", err)
 	case errors.Is(err, registry.ErrUnknownType):
-		return newError(CodeNotFound, "handler_not_found", "no such handler", err)
+		return newError(CodeNotFound, kumikotype.ReasonHandlerNotFound, "no such handler", err)
 	case errors.As(err, &ref):
-		return newError(CodeUnprocessable, ref.Reason(), ref.Detail(), err)
+		return newError(CodeUnprocessable, kumikotype.Reason(ref.Reason()), ref.Detail(), err)
 	case errors.As(err, &pg) && pg.Code == "23505":
 		return newError(CodeUniqueViolation, "", "a value that must be unique is already taken", err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return newError(CodeUnavailable, "timeout", "the request was cancelled or timed out", err)
+		return newError(CodeUnavailable, kumikotype.ReasonTimeout, "the request was cancelled or timed out", err)
 	}
 	return newError(CodeInternal, "", "internal error", err)
 }
@@ -113,13 +113,13 @@ func writeError(err error) *Error {
 	if errors.As(err, &pe) || !errors.As(err, &unknown) {
 		return AsError(err)
 	}
-	return newError(CodeVersionConflict, ReasonUnknownEventVersion,
+	return newError(CodeVersionConflict, kumikotype.ReasonEventSchemaUnknownVersion,
 		fmt.Sprintf("the aggregate holds event %s at version %d, newer than version %d this server knows; retry on the newer release",
 			unknown.Type, unknown.Version, unknown.Current), err).
 		With("eventType", unknown.Type).With("eventVersion", unknown.Version).With("knownVersion", unknown.Current)
 }
 
-func notFoundf(reason, format string, args ...any) *Error {
+func notFoundf(reason kumikotype.Reason, format string, args ...any) *Error {
 	return newError(CodeNotFound, reason, fmt.Sprintf(format, args...), nil)
 }
 
@@ -128,17 +128,17 @@ func notFoundf(reason, format string, args ...any) *Error {
 // a newer release, it cannot be upcast, and is never guessed at. A write to
 // a stream holding such an event is refused with a version_conflict of this
 // reason (see writeError): it would write over history it cannot read.
-const ReasonUnknownEventVersion = "event_schema_unknown_version"
+const ReasonUnknownEventVersion = string(kumikotype.ReasonEventSchemaUnknownVersion)
 
 // ReasonHandlerPanic is the Reason of the internal_error that a panic in a
 // feature's code (a command or query handler, an inline or multi-stream
 // projection's apply function) becomes in a request. The panic's value never
 // reaches the client; it is logged with its stack.
-const ReasonHandlerPanic = "handler_panic"
+const ReasonHandlerPanic = string(kumikotype.ReasonHandlerPanic)
 
 // Reasons of idempotency_conflict: the key was used for a request with
 // another body, or the request was applied and its response is gone.
 const (
-	ReasonKeyReused      = kumikotype.ReasonKeyReused
-	ReasonAlreadyApplied = "already_applied"
+	ReasonKeyReused      = string(kumikotype.ReasonKeyReused)
+	ReasonAlreadyApplied = string(kumikotype.ReasonAlreadyApplied)
 )

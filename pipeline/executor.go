@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,11 +19,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
+	"github.com/kumiko-go/kumiko/internal/projection"
 	"github.com/kumiko-go/kumiko/jobs"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -68,8 +67,8 @@ type Config struct {
 // Defaults of Config. DefaultAsOfConcurrency is the most the derived
 // default of Config.AsOfConcurrency allows (see DefaultAsOfConcurrencyFor).
 const (
-	DefaultAsOfConcurrency = 2
-	DefaultAsOfTimeout     = 5 * time.Second
+	DefaultAsOfConcurrency = projection.DefaultAsOfConcurrency
+	DefaultAsOfTimeout     = projection.DefaultAsOfTimeout
 )
 
 // DefaultAsOfConcurrencyFor is the default of Config.AsOfConcurrency for a
@@ -79,7 +78,7 @@ const (
 // PostgreSQL backend (reading the events), so on a 2-core machine a second
 // one would leave other tenants' requests no core of their own.
 func DefaultAsOfConcurrencyFor(procs int) int {
-	return min(max(1, procs/4), DefaultAsOfConcurrency)
+	return projection.DefaultAsOfConcurrencyFor(procs)
 }
 
 // Executor runs writes, batches, queries and commands. Build it once per
@@ -93,24 +92,13 @@ type Executor struct {
 	metrics *metrics
 	tracer  trace.Tracer
 	sql     queries
-	// consumers operates the state of the multi-stream projections'
-	// consumers, which a rebuild stops and moves.
-	consumers *consumer.Ops
-	entities  map[string]*entityTable
+	// proj is the read side: read tables, projections, reads, rebuilds.
+	proj *projection.Side
 	// known is every event type of the registry at its newest version: an
 	// append to a stream holding a newer one is refused (see appendValid).
 	known eventstore.KnownVersions
-	// asOfSlots holds a token per running as-of list; nil: no bound.
-	asOfSlots   chan struct{}
-	asOfTimeout time.Duration
-	// asOfChunk is how many events an as-of list reads and folds between
-	// yields (see listAsOf).
-	asOfChunk int
 	// jobs runs the registry's jobs; nil when there are none.
 	jobs *jobs.Runner
-	// built holds the names of projections whose tables are known to be
-	// complete (see checkBuilt).
-	built sync.Map
 }
 
 // New returns an executor for the registry's features on store. The store
@@ -132,20 +120,14 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	}
 	d := &Executor{
 		reg: reg, store: store, pool: store.Pool(), schema: store.Schema(), log: cfg.Logger,
-		metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName), sql: newQueries(store.Schema()), consumers: consumer.NewOps(store), entities: map[string]*entityTable{}, asOfTimeout: cfg.AsOfTimeout,
-		asOfChunk: asOfChunkEvents,
+		metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName), sql: newQueries(store.Schema()),
 	}
-	if cfg.AsOfConcurrency == 0 {
-		cfg.AsOfConcurrency = DefaultAsOfConcurrencyFor(runtime.GOMAXPROCS(0))
-	}
-	if cfg.AsOfConcurrency > 0 {
-		d.asOfSlots = make(chan struct{}, cfg.AsOfConcurrency)
-	}
-	if d.asOfTimeout == 0 {
-		d.asOfTimeout = DefaultAsOfTimeout
-	}
-	for _, e := range reg.Entities() {
-		d.entities[e.Name()] = newEntityTable(d.schema, e)
+	d.proj, err = projection.New(reg, store, projection.Config{
+		Logger: cfg.Logger, Metrics: cfg.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
+		ApplyMSP: d.applyMSP,
+	})
+	if err != nil {
+		return nil, err
 	}
 	newest := map[string]int{}
 	for _, et := range reg.Events() {
@@ -154,11 +136,6 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	d.known = eventstore.NewKnownVersions(newest)
 	if d.jobs, err = d.newJobs(cfg.Jobs); err != nil {
 		return nil, err
-	}
-	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(newProjectionLag(d)); err != nil {
-			return nil, fmt.Errorf("pipeline: metrics: %w", err)
-		}
 	}
 	return d, nil
 }
@@ -314,9 +291,9 @@ func (d *Executor) Query(ctx context.Context, c Caller, req Request) (_ any, qer
 	)
 	switch h.Verb {
 	case registry.VerbList:
-		out, err = d.list(ctx, &c, d.entities[h.Entity], in.(registry.ListInput))
+		out, err = d.proj.List(ctx, c.User, d.proj.Entity(h.Entity), in.(registry.ListInput))
 	case registry.VerbDetail:
-		out, err = d.detail(ctx, &c, d.entities[h.Entity], in.(registry.DetailInput))
+		out, err = d.proj.Detail(ctx, c.User, d.proj.Entity(h.Entity), in.(registry.DetailInput))
 	default:
 		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 			return author.Run(d.log, func() (err error) {
@@ -346,7 +323,7 @@ func (d *Executor) gate(ctx context.Context, c Caller, req Request, kinds ...reg
 	}()
 	h, ok := d.reg.Handler(req.Type)
 	if !ok || !slices.Contains(kinds, h.Kind) {
-		return h, nil, notFoundf("handler_not_found", "no %s handler %q", kinds[0], req.Type)
+		return h, nil, notFoundf(kumikotype.ReasonHandlerNotFound, "no %s handler %q", kinds[0], req.Type)
 	}
 	if !h.Access.Allows(c.User) {
 		if !c.User.Authenticated {
@@ -367,8 +344,8 @@ func (d *Executor) gate(ctx context.Context, c Caller, req Request, kinds ...reg
 // checkFieldWrite refuses a CRUD write that sends a field the caller may not
 // write. Defaults the caller did not send are not the caller's writes.
 func (d *Executor) checkFieldWrite(u feature.User, h registry.Handler, raw json.RawMessage, in any) *Error {
-	t := d.entities[h.Entity]
-	if t == nil || !t.writeRoles {
+	t := d.proj.Entity(h.Entity)
+	if t == nil || !t.RestrictsWrites() {
 		return nil
 	}
 	var sent []string
@@ -380,22 +357,7 @@ func (d *Executor) checkFieldWrite(u feature.User, h registry.Handler, raw json.
 	case registry.UpdateInput:
 		sent = slices.Collect(maps.Keys(in.Changes))
 	}
-	return t.checkWrite(u, sent, "")
-}
-
-// checkWrite refuses the first of fields (sorted) that u may not write,
-// with access_denied (reason field_access, details.field); a field whose
-// WrittenBy names command passes.
-func (t *entityTable) checkWrite(u feature.User, fields []string, command string) *Error {
-	slices.Sort(fields)
-	for _, f := range fields {
-		spec, ok := t.specs[f]
-		if !ok || spec.CanWrite(u.Authenticated, u.HasRole) || (command != "" && slices.Contains(spec.WrittenBy, command)) {
-			continue
-		}
-		return newError(CodeAccessDenied, "field_access", "you may not write the field "+f, nil).With("field", f)
-	}
-	return nil
+	return t.CheckWrite(u, sent, "")
 }
 
 // execute runs a gated write or command inside tx. A panic in the handler or
@@ -427,9 +389,9 @@ func (d *Executor) execute(ctx context.Context, tx pgx.Tx, c *Caller, h registry
 }
 
 // tenantOf is the tenant an entity's streams and rows live in for c.
-func (d *Executor) tenantOf(t *entityTable, c *Caller) uuid.UUID {
-	if t != nil && t.e.SystemStream() {
-		return eventstore.SystemTenant
+func (d *Executor) tenantOf(t *projection.Entity, c *Caller) uuid.UUID {
+	if t != nil {
+		return t.Tenant(c.User)
 	}
 	return c.User.TenantID
 }

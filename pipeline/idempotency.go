@@ -50,9 +50,9 @@ func (d *Executor) resolveKey(ctx context.Context, c *Caller) *Error {
 		return AsError(eventstore.TranslateError(fmt.Errorf("read idempotency key: %w", err)))
 	}
 	if hash != c.RequestHash {
-		return newError(CodeIdempotencyConflict, ReasonKeyReused, "the idempotency key was used for a different request", nil)
+		return newError(CodeIdempotencyConflict, kumikotype.ReasonKeyReused, "the idempotency key was used for a different request", nil)
 	}
-	return newError(CodeIdempotencyConflict, ReasonAlreadyApplied, "this request was already applied; its response is no longer available", nil)
+	return newError(CodeIdempotencyConflict, kumikotype.ReasonAlreadyApplied, "this request was already applied; its response is no longer available", nil)
 }
 
 // pruneKeysChunk is how many recorded keys one statement of

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // Timeline is a stream's history as an operator inspects it: every event,
@@ -49,9 +50,9 @@ func Inspect(ctx context.Context, store *eventstore.Store, tenant uuid.UUID, agg
 	}
 	if len(evs) == 0 || evs[0].AggregateType != aggregateType {
 		if !asOf.IsZero() {
-			return Timeline{}, notFoundf("aggregate_not_found", "no %s %s as of %s", aggregateType, id, asOf.Format(time.RFC3339))
+			return Timeline{}, notFoundf(kumikotype.ReasonAggregateNotFound, "no %s %s as of %s", aggregateType, id, asOf.Format(time.RFC3339))
 		}
-		return Timeline{}, notFoundf("aggregate_not_found", "no %s %s", aggregateType, id)
+		return Timeline{}, notFoundf(kumikotype.ReasonAggregateNotFound, "no %s %s", aggregateType, id)
 	}
 	info, err := store.StreamInfo(ctx, tenant, id)
 	if err != nil {
@@ -77,7 +78,7 @@ func Inspect(ctx context.Context, store *eventstore.Store, tenant uuid.UUID, agg
 // not exist, or was deleted); nil when the aggregate type is not an entity
 // of the app, whose streams have events but no state the framework keeps.
 func (d *Executor) States(tl Timeline) ([]map[string]any, error) {
-	t := d.entities[tl.AggregateType]
+	t := d.proj.Entity(tl.AggregateType)
 	if t == nil {
 		return nil, nil
 	}
@@ -87,7 +88,7 @@ func (d *Executor) States(tl Timeline) ([]map[string]any, error) {
 		ev := eventstore.Event{ID: e.ID, AggregateID: tl.AggregateID, AggregateType: tl.AggregateType, TenantID: tl.TenantID,
 			Version: e.Version, Type: e.Type, EventVersion: e.EventVersion, Payload: e.Payload, CreatedAt: e.CreatedAt}
 		var err error
-		if state, err = t.fold(state, []eventstore.Event{ev}); err != nil {
+		if state, err = t.Fold(state, []eventstore.Event{ev}); err != nil {
 			return nil, fmt.Errorf("state of %s %s at version %d: %w", tl.AggregateType, tl.AggregateID, e.Version, err)
 		}
 		out[i] = maps.Clone(state)

@@ -26,7 +26,7 @@ func (d *Executor) Consumers() []consumer.Consumer {
 	for _, m := range d.reg.MSPs() {
 		table := ""
 		if t, ok := m.Table(); ok {
-			table = d.qualify(t.Name)
+			table = pgx.Identifier{d.schema, t.Name}.Sanitize()
 		}
 		out = append(out, consumer.Consumer{
 			Name:            m.Name(),

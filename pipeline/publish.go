@@ -13,6 +13,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -36,7 +37,7 @@ const MessageKeyHeader = "kumiko-key"
 func (cc *commandContext) Publish(event string, payload any) error {
 	c, ok := cc.d.reg.Contract(event)
 	if !ok {
-		return newError(CodeInternal, "unknown_integration_event", "internal error",
+		return newError(CodeInternal, kumikotype.ReasonUnknownIntegrationEvent, "internal error",
 			fmt.Errorf("feature %s publishes %q, which is not an integration event of the app", cc.feature, event))
 	}
 	raw, err := encodeAny(payload)

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,13 +17,15 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/projection"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
 // crud executes a generated CRUD write: one event on the entity's stream,
 // applied to its read row and inline projections in the same transaction.
 func (d *Executor) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Handler, in any) (any, error) {
-	t := d.entities[h.Entity]
+	t := d.proj.Entity(h.Entity)
 	stream := eventstore.Stream{TenantID: d.tenantOf(t, c), AggregateType: h.Entity}
 	var (
 		expected int
@@ -44,7 +45,7 @@ func (d *Executor) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Ha
 		// update's.
 		in := in.(registry.IDInput)
 		stream.AggregateID = in.ID
-		v, err := t.lockRow(ctx, tx, stream.AggregateID, stream.TenantID, h.Verb == registry.VerbRestore)
+		v, err := t.LockRow(ctx, tx, stream.AggregateID, stream.TenantID, h.Verb == registry.VerbRestore)
 		if err != nil {
 			return nil, err
 		}
@@ -60,35 +61,16 @@ func (d *Executor) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Ha
 	if err != nil {
 		return nil, err
 	}
-	if h.Verb == registry.VerbDelete && !t.soft {
+	if h.Verb == registry.VerbDelete && !t.SoftDelete() {
 		// The row is gone: what is left is the stream, at the delete
 		// event's version.
 		return map[string]any{"id": ev.AggregateID.String(), "version": ev.Version}, nil
 	}
 	if row == nil {
 		// An update of a deleted entity: the stream exists, the row does not.
-		return nil, notFoundf("aggregate_not_found", "no %s %s", h.Entity, stream.AggregateID)
+		return nil, notFoundf(kumikotype.ReasonAggregateNotFound, "no %s %s", h.Entity, stream.AggregateID)
 	}
-	return t.visible(row, c.User), nil
-}
-
-// lockRow locks the entity's row and returns its version; deleted selects a
-// soft-deleted row (restore) instead of a live one.
-func (t *entityTable) lockRow(ctx context.Context, tx pgx.Tx, id, tenant uuid.UUID, deleted bool) (int, error) {
-	cond := ""
-	if t.soft {
-		cond = " AND deleted_at IS NULL"
-		if deleted {
-			cond = " AND deleted_at IS NOT NULL"
-		}
-	}
-	var v int
-	err := tx.QueryRow(ctx, fmt.Sprintf("SELECT version FROM %s WHERE id = $1 AND tenant_id = $2%s FOR UPDATE", t.table, cond),
-		[16]byte(id), [16]byte(tenant)).Scan(&v)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, notFoundf("aggregate_not_found", "no %s %s", t.e.Name(), id)
-	}
-	return v, err
+	return t.Visible(row, c.User), nil
 }
 
 // appendSpec validates an event a handler or consumer appends and writes it
@@ -100,10 +82,10 @@ func (cc *commandContext) appendSpec(db pgx.Tx, spec feature.AppendSpec) (events
 	et, ok := d.reg.Event(spec.Type)
 	switch {
 	case !ok:
-		return eventstore.Event{}, newError(CodeInternal, "unknown_event", "internal error",
+		return eventstore.Event{}, newError(CodeInternal, kumikotype.ReasonUnknownEvent, "internal error",
 			fmt.Errorf("feature %s appends undefined event %q", cc.feature, spec.Type))
 	case !d.reg.CanEmit(cc.feature, spec.Type):
-		return eventstore.Event{}, newError(CodeInternal, "foreign_event", "internal error",
+		return eventstore.Event{}, newError(CodeInternal, kumikotype.ReasonForeignEvent, "internal error",
 			fmt.Errorf("feature %s appends event %q of feature %s", cc.feature, spec.Type, et.Feature))
 	}
 	aggType := spec.AggregateType
@@ -147,13 +129,13 @@ func (cc *commandContext) appendSpec(db pgx.Tx, spec feature.AppendSpec) (events
 // the user who caused it, without that user's roles, and what it writes is
 // the feature's decision.
 func (cc *commandContext) checkAuthoring(et registry.EventType, raw json.RawMessage) *Error {
-	t := cc.d.entities[et.Entity]
-	if cc.handler == "" || t == nil || !t.writeRoles || (et.Verb != registry.VerbCreate && et.Verb != registry.VerbUpdate) {
+	t := cc.d.proj.Entity(et.Entity)
+	if cc.handler == "" || t == nil || !t.RestrictsWrites() || (et.Verb != registry.VerbCreate && et.Verb != registry.VerbUpdate) {
 		return nil
 	}
 	var keys map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &keys) // decoded successfully before
-	return t.checkWrite(cc.c.User, slices.Collect(maps.Keys(keys)), cc.handler)
+	return t.CheckWrite(cc.c.User, slices.Collect(maps.Keys(keys)), cc.handler)
 }
 
 // appendValid appends one validated event and projects it; it returns the
@@ -173,8 +155,8 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 			return eventstore.Event{}, nil, err
 		}
 	}
-	if t := d.entities[et.Entity]; t != nil && len(t.mustExist) > 0 && (et.Verb == registry.VerbCreate || et.Verb == registry.VerbUpdate) {
-		if err := d.checkReferences(ctx, tx, c, t, payload); err != nil {
+	if t := d.proj.Entity(et.Entity); t != nil && t.ChecksReferences() && (et.Verb == registry.VerbCreate || et.Verb == registry.VerbUpdate) {
+		if err := d.proj.CheckReferences(ctx, tx, c.User, t, payload); err != nil {
 			return eventstore.Event{}, nil, err
 		}
 	}
@@ -220,26 +202,19 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 // then to every inline projection fed by the stream's aggregate type.
 func (d *Executor) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event) (map[string]any, error) {
 	var row map[string]any
-	if t, ok := d.entities[ev.AggregateType]; ok {
+	if t := d.proj.Entity(ev.AggregateType); t != nil {
 		var err error
-		if row, err = t.apply(ctx, tx, ev); err != nil {
-			return nil, t.uniqueViolation(err)
+		if row, err = t.Apply(ctx, tx, ev); err != nil {
+			return nil, t.UniqueViolation(err)
 		}
-		if every := t.e.SnapshotEvery(); every > 0 && ev.Version%every == 0 {
+		if every := t.Definition().SnapshotEvery(); every > 0 && ev.Version%every == 0 {
 			if err := d.snapshotEntity(ctx, tx, t, ev.TenantID, ev.AggregateID); err != nil {
 				return nil, err
 			}
 		}
 	}
-	for _, p := range d.reg.ProjectionsFor(ev.AggregateType) {
-		apply, ok := p.Apply(ev.Type)
-		if !ok {
-			continue
-		}
-		pc := &projectionContext{ctx: ctx, db: tx, tenant: ev.TenantID, table: d.qualify(p.Table().Name)}
-		if err := apply(pc, ev); err != nil {
-			return nil, fmt.Errorf("projection %s: %s: %w", p.Name(), ev.Type, err)
-		}
+	if err := d.proj.ApplyInline(ctx, tx, ev); err != nil {
+		return nil, err
 	}
 	return row, nil
 }
@@ -249,11 +224,11 @@ func (d *Executor) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event) 
 // start from it. A missing, foreign or deleted entity answers
 // aggregate_not_found.
 func (d *Executor) SnapshotEntity(ctx context.Context, tenant uuid.UUID, entity string, id uuid.UUID) (int, error) {
-	t, ok := d.entities[entity]
-	if !ok {
-		return 0, notFoundf("handler_not_found", "%s is not an entity", entity)
+	t := d.proj.Entity(entity)
+	if t == nil {
+		return 0, notFoundf(kumikotype.ReasonHandlerNotFound, "%s is not an entity", entity)
 	}
-	if t.e.SystemStream() {
+	if t.Definition().SystemStream() {
 		tenant = eventstore.SystemTenant
 	}
 	var version int
@@ -263,7 +238,7 @@ func (d *Executor) SnapshotEntity(ctx context.Context, tenant uuid.UUID, entity 
 			return err
 		}
 		if state == nil {
-			return notFoundf("aggregate_not_found", "no %s %s", entity, id)
+			return notFoundf(kumikotype.ReasonAggregateNotFound, "no %s %s", entity, id)
 		}
 		version = v
 		return d.snapshotEntity(ctx, tx, t, tenant, id)
@@ -276,7 +251,7 @@ func (d *Executor) SnapshotEntity(ctx context.Context, tenant uuid.UUID, entity 
 
 // snapshotEntity folds the stream (from its newest snapshot) and stores the
 // state as a snapshot at the head.
-func (d *Executor) snapshotEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) error {
+func (d *Executor) snapshotEntity(ctx context.Context, tx pgx.Tx, t *projection.Entity, tenant, id uuid.UUID) error {
 	state, version, err := d.loadEntity(ctx, tx, t, tenant, id)
 	if err != nil || state == nil {
 		return err
@@ -286,8 +261,8 @@ func (d *Executor) snapshotEntity(ctx context.Context, tx pgx.Tx, t *entityTable
 		return err
 	}
 	return d.saveSnapshot(ctx, tx, eventstore.Snapshot{
-		TenantID: tenant, AggregateID: id, AggregateType: t.e.Name(),
-		Version: version, State: raw, SnapshotVersion: t.e.SnapshotVersion(),
+		TenantID: tenant, AggregateID: id, AggregateType: t.Definition().Name(),
+		Version: version, State: raw, SnapshotVersion: t.Definition().SnapshotVersion(),
 	})
 }
 
@@ -302,15 +277,15 @@ func (d *Executor) saveSnapshot(ctx context.Context, tx pgx.Tx, snap eventstore.
 
 // loadEntity folds an entity stream from its newest snapshot of the current
 // generation plus the events after it; the result equals the full fold.
-func (d *Executor) loadEntity(ctx context.Context, tx pgx.Tx, t *entityTable, tenant, id uuid.UUID) (map[string]any, int, error) {
-	lctx, span := d.tracer.Start(ctx, "load", trace.WithAttributes(attribute.String("kumiko.aggregate_type", t.e.Name())))
-	snap, evs, err := d.store.LoadWithSnapshotTx(lctx, tx, tenant, id, t.e.SnapshotVersion(), eventstore.LoadOptions{})
+func (d *Executor) loadEntity(ctx context.Context, tx pgx.Tx, t *projection.Entity, tenant, id uuid.UUID) (map[string]any, int, error) {
+	lctx, span := d.tracer.Start(ctx, "load", trace.WithAttributes(attribute.String("kumiko.aggregate_type", t.Definition().Name())))
+	snap, evs, err := d.store.LoadWithSnapshotTx(lctx, tx, tenant, id, t.Definition().SnapshotVersion(), eventstore.LoadOptions{})
 	span.SetAttributes(attribute.Int("kumiko.events", len(evs)))
 	endSpan(span, err)
 	if err != nil {
 		return nil, 0, err
 	}
-	d.metrics.load(t.e.Name(), len(evs))
+	d.metrics.load(t.Definition().Name(), len(evs))
 	var state map[string]any
 	version := 0
 	if snap != nil {
@@ -320,12 +295,12 @@ func (d *Executor) loadEntity(ctx context.Context, tx pgx.Tx, t *entityTable, te
 		version = snap.Version
 	}
 	if len(evs) > 0 {
-		if evs[0].AggregateType != t.e.Name() {
+		if evs[0].AggregateType != t.Definition().Name() {
 			return nil, 0, nil
 		}
 		version = evs[len(evs)-1].Version
 	}
-	state, err = t.fold(state, evs)
+	state, err = t.Fold(state, evs)
 	return state, version, err
 }
 

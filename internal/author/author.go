@@ -32,7 +32,7 @@ func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 func (e *PanicError) Code() string { return string(kumikotype.CodeInternal) }
 
 // Reason is handler_panic (pipeline.ReasonHandlerPanic).
-func (e *PanicError) Reason() string { return "handler_panic" }
+func (e *PanicError) Reason() string { return string(kumikotype.ReasonHandlerPanic) }
 
 // Detail never shows the panic's value.
 func (e *PanicError) Detail() string { return "internal error" }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -177,7 +178,7 @@ func (b *bench) asOfCompare(ctx context.Context, d *pipeline.Executor, label str
 					switch {
 					case err == nil:
 						ok++
-					case errors.As(err, &pe) && pe.Reason() == "as_of_busy":
+					case errors.As(err, &pe) && pe.Reason() == string(kumikotype.ReasonAsOfBusy):
 						busy++
 						select {
 						case <-lctx.Done():

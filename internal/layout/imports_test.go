@@ -20,6 +20,9 @@ var forbidden = map[string][]string{
 	"consumer":   {"pipeline", "registry", "http", "kumiko", "cli", "internal/ops"},
 	"eventstore": {"feature", "registry", "pipeline", "consumer", "http", "kumiko", "cli", "internal/ops"},
 	"pipeline":   {"http", "kumiko", "cli", "internal/ops"},
+	// The read side knows the store and the registry; the pipeline hands it
+	// what runs a multi-stream projection's apply (projection.ApplyMSP).
+	"internal/projection": {"pipeline", "integration", "jobs", "http", "kumiko", "cli", "internal/ops"},
 	// Integration events sit on the executor; the facade wires them.
 	"integration": {"http", "kumiko", "cli", "internal/ops"},
 	// Jobs know the dispatcher and the event store; the executor turns the

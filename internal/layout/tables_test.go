@@ -16,17 +16,19 @@ import (
 // owners maps each table of the framework to the package that owns it: the
 // one whose migrations create it and whose queries.go holds its SQL.
 var owners = map[string]string{
-	"kumiko_events":                 "eventstore",
-	"kumiko_snapshots":              "eventstore",
-	"kumiko_archived_streams":       "eventstore",
-	"kumiko_schema_migrations":      "eventstore",
-	"kumiko_pruned_types":           "eventstore",
-	"kumiko_event_consumers":        "consumer",
-	"kumiko_consumer_migrations":    "consumer",
-	"kumiko_instances":              "consumer",
-	"kumiko_consumer_stuck":         "consumer",
-	"kumiko_projections":            "pipeline",
-	"kumiko_projection_quarantine":  "pipeline",
+	"kumiko_events":              "eventstore",
+	"kumiko_snapshots":           "eventstore",
+	"kumiko_archived_streams":    "eventstore",
+	"kumiko_schema_migrations":   "eventstore",
+	"kumiko_pruned_types":        "eventstore",
+	"kumiko_event_consumers":     "consumer",
+	"kumiko_consumer_migrations": "consumer",
+	"kumiko_instances":           "consumer",
+	"kumiko_consumer_stuck":      "consumer",
+	// The read side's state: its SQL is internal/projection's, the
+	// pipeline's migrations create the tables.
+	"kumiko_projections":            "internal/projection",
+	"kumiko_projection_quarantine":  "internal/projection",
 	"kumiko_idempotency_keys":       "pipeline",
 	"kumiko_pipeline_migrations":    "pipeline",
 	"kumiko_inbox":                  "integration",

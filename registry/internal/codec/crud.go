@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // List limits of CRUD list queries.
@@ -113,7 +114,7 @@ func CrudPayload(e *Entity, k Kind) (*Payload, error) {
 func (c *Codec) Decode(p *Payload, raw json.RawMessage) (any, error) {
 	if hasNULEscape(raw) {
 		// PostgreSQL cannot store U+0000 in text or jsonb.
-		return nil, invalid(FieldError{Path: "", Code: "invalid_character", Message: "text must not contain the NUL character (\\u0000)"})
+		return nil, invalid(FieldError{Path: "", Code: string(kumikotype.FieldCodeInvalidCharacter), Message: "text must not contain the NUL character (\\u0000)"})
 	}
 	if p.Kind == Struct {
 		return c.decodeStruct(p.Type, raw)
@@ -140,7 +141,7 @@ type crudObject struct {
 func (o *crudObject) only(allowed ...string) {
 	for _, k := range slices.Sorted(maps.Keys(o.obj)) {
 		if !slices.Contains(allowed, k) {
-			o.errs.fail(joinKey("", k), "unknown_field", "is not a known field")
+			o.errs.fail(joinKey("", k), kumikotype.FieldCodeUnknownField, "is not a known field")
 		}
 	}
 }
@@ -150,13 +151,13 @@ func (o *crudObject) id(required bool) uuid.UUID {
 	v, given := o.obj["id"]
 	if !given || v == nil {
 		if required {
-			o.errs.fail("id", "required", "is required")
+			o.errs.fail("id", kumikotype.FieldCodeRequired, "is required")
 		}
 		return uuid.Nil
 	}
 	parsed, ok := toUUID(v)
 	if !ok || parsed == uuid.Nil {
-		o.errs.fail("id", "type", "must be a non-nil UUID")
+		o.errs.fail("id", kumikotype.FieldCodeType, "must be a non-nil UUID")
 	}
 	return parsed
 }
@@ -167,7 +168,7 @@ func (o *crudObject) version(required bool) int {
 	v := o.obj["version"]
 	if v == nil {
 		if required {
-			o.errs.fail("version", "required", "is required")
+			o.errs.fail("version", kumikotype.FieldCodeRequired, "is required")
 		}
 		return 0
 	}
@@ -185,7 +186,7 @@ func (o *crudObject) version(required bool) int {
 func boundedInt(v any, path string, lo, hi int64, maxMsg string, errs *problems) (int, bool) {
 	num, ok := v.(json.Number)
 	if !ok {
-		errs.fail(path, "type", "must be an integer")
+		errs.fail(path, kumikotype.FieldCodeType, "must be an integer")
 		return 0, false
 	}
 	n, err := num.Int64()
@@ -196,11 +197,11 @@ func boundedInt(v any, path string, lo, hi int64, maxMsg string, errs *problems)
 	}
 	switch {
 	case err != nil:
-		errs.fail(path, "type", "must be an integer")
+		errs.fail(path, kumikotype.FieldCodeType, "must be an integer")
 	case tooSmall:
-		errs.fail(path, "min", fmt.Sprintf("must be at least %d", lo))
+		errs.fail(path, kumikotype.FieldCodeMin, fmt.Sprintf("must be at least %d", lo))
 	case n > hi:
-		errs.fail(path, "max", maxMsg)
+		errs.fail(path, kumikotype.FieldCodeMax, maxMsg)
 	default:
 		return int(n), true
 	}
@@ -226,17 +227,17 @@ func (o *crudObject) asOf() time.Time {
 func (o *crudObject) changes(e *Entity) map[string]any {
 	switch ch := o.obj["changes"].(type) {
 	case nil:
-		o.errs.fail("changes", "required", "is required")
+		o.errs.fail("changes", kumikotype.FieldCodeRequired, "is required")
 	case map[string]any:
 		if len(ch) == 0 {
-			o.errs.fail("changes", "required", "must change at least one field")
+			o.errs.fail("changes", kumikotype.FieldCodeRequired, "must change at least one field")
 			break
 		}
 		out, ferrs := validateFields(e, false, ch, "changes")
 		o.errs.merge(ferrs)
 		return out
 	default:
-		o.errs.fail("changes", "type", "must be an object")
+		o.errs.fail("changes", kumikotype.FieldCodeType, "must be an object")
 	}
 	return nil
 }
@@ -274,7 +275,7 @@ func decodeCrud(kind Kind, e *Entity, obj map[string]any) (any, problems) {
 	case List:
 		return decodeList(e, obj)
 	}
-	o.errs.fail("", "type", "cannot be decoded")
+	o.errs.fail("", kumikotype.FieldCodeType, "cannot be decoded")
 	return nil, o.errs
 }
 
@@ -293,17 +294,17 @@ func decodeList(e *Entity, obj map[string]any) (any, problems) {
 		case "cursor":
 			s, ok := v.(string)
 			if !ok {
-				fail(k, "type", "must be a string")
+				fail(k, kumikotype.FieldCodeType, "must be a string")
 			}
 			in.Cursor = s
 		case "includeDeleted":
 			if !e.SoftDelete {
-				fail(k, "unknown_field", "is only known for soft-delete entities")
+				fail(k, kumikotype.FieldCodeUnknownField, "is only known for soft-delete entities")
 				continue
 			}
 			b, ok := v.(bool)
 			if !ok {
-				fail(k, "type", "must be a boolean")
+				fail(k, kumikotype.FieldCodeType, "must be a boolean")
 			}
 			in.IncludeDeleted = b
 		case "asOf":
@@ -317,7 +318,7 @@ func decodeList(e *Entity, obj map[string]any) (any, problems) {
 		case "sort":
 			in.Sort = listSort(e, v, &errs)
 		default:
-			fail(joinKey("", k), "unknown_field", "is not a known field")
+			fail(joinKey("", k), kumikotype.FieldCodeUnknownField, "is not a known field")
 		}
 	}
 	return in, errs
@@ -337,7 +338,7 @@ func listLimit(v any, errs *problems) int {
 func listFilter(e *Entity, v any, errs *problems) map[string]any {
 	f, ok := v.(map[string]any)
 	if !ok {
-		errs.fail("filter", "type", "must be an object")
+		errs.fail("filter", kumikotype.FieldCodeType, "must be an object")
 		return nil
 	}
 	out := map[string]any{}
@@ -348,7 +349,7 @@ func listFilter(e *Entity, v any, errs *problems) map[string]any {
 			fs, ok = spec.Field{Type: spec.TypeUUID}, true
 		}
 		if !ok {
-			errs.fail(path, "unknown_field", "is not a field of "+e.Name)
+			errs.fail(path, kumikotype.FieldCodeUnknownField, "is not a field of "+e.Name)
 			continue
 		}
 		if f[name] == nil {
@@ -371,11 +372,11 @@ func listFilter(e *Entity, v any, errs *problems) map[string]any {
 func listSort(e *Entity, v any, errs *problems) []SortKey {
 	keys, ok := v.([]any)
 	if !ok {
-		errs.fail("sort", "type", "must be an array")
+		errs.fail("sort", kumikotype.FieldCodeType, "must be an array")
 		return nil
 	}
 	if len(keys) > MaxSortKeys {
-		errs.fail("sort", "max", fmt.Sprintf("must have at most %d keys", MaxSortKeys))
+		errs.fail("sort", kumikotype.FieldCodeMax, fmt.Sprintf("must have at most %d keys", MaxSortKeys))
 		return nil
 	}
 	var out []SortKey
@@ -388,17 +389,17 @@ func listSort(e *Entity, v any, errs *problems) []SortKey {
 		fs, known := e.Fields[key.Field]
 		switch {
 		case key.Field == "":
-			errs.fail(path+".field", "required", "is required")
+			errs.fail(path+".field", kumikotype.FieldCodeRequired, "is required")
 		case key.Field == "id" || key.Field == "createdAt" || key.Field == "updatedAt":
 		case !known:
-			errs.fail(path+".field", "unknown_field", "is not a field of "+e.Name)
+			errs.fail(path+".field", kumikotype.FieldCodeUnknownField, "is not a field of "+e.Name)
 			continue
 		case !fs.Sortable:
-			errs.fail(path+".field", "not_sortable", "is not a sortable field")
+			errs.fail(path+".field", kumikotype.FieldCodeNotSortable, "is not a sortable field")
 			continue
 		}
 		if slices.ContainsFunc(out, func(s SortKey) bool { return s.Field == key.Field }) {
-			errs.fail(path+".field", "duplicate", "is already a sort key")
+			errs.fail(path+".field", kumikotype.FieldCodeDuplicate, "is already a sort key")
 			continue
 		}
 		out = append(out, key)
@@ -411,7 +412,7 @@ func listSort(e *Entity, v any, errs *problems) []SortKey {
 func sortKey(v any, path string, errs *problems) (SortKey, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		errs.fail(path, "type", "must be an object")
+		errs.fail(path, kumikotype.FieldCodeType, "must be an object")
 		return SortKey{}, false
 	}
 	var key SortKey
@@ -422,11 +423,11 @@ func sortKey(v any, path string, errs *problems) (SortKey, bool) {
 		case "desc":
 			if m[mk] != nil {
 				if key.Desc, ok = m[mk].(bool); !ok {
-					errs.fail(path+".desc", "type", "must be a boolean")
+					errs.fail(path+".desc", kumikotype.FieldCodeType, "must be a boolean")
 				}
 			}
 		default:
-			errs.fail(joinKey(path, mk), "unknown_field", "is not a known field")
+			errs.fail(joinKey(path, mk), kumikotype.FieldCodeUnknownField, "is not a known field")
 		}
 	}
 	return key, true

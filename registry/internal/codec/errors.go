@@ -78,8 +78,8 @@ func (p *problems) add(fs ...FieldError) {
 }
 
 // fail adds one problem.
-func (p *problems) fail(path, code, msg string) {
-	p.add(FieldError{Path: path, Code: code, Message: msg})
+func (p *problems) fail(path string, code kumikotype.FieldCode, msg string) {
+	p.add(FieldError{Path: path, Code: string(code), Message: msg})
 }
 
 // merge adds what q collected, counting what q omitted.

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // ValidateFields checks entity field values for verb create or update and
@@ -31,11 +32,11 @@ func ValidateFields(e *Entity, create bool, fields map[string]any) (map[string]a
 func validateFields(e *Entity, create bool, fields map[string]any, prefix string) (map[string]any, problems) {
 	out := make(map[string]any, len(e.Names))
 	var errs problems
-	fail := func(name, code, msg string) { errs.fail(joinKey(prefix, name), code, msg) }
+	fail := func(name string, code kumikotype.FieldCode, msg string) { errs.fail(joinKey(prefix, name), code, msg) }
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
 		fs, ok := e.Fields[name]
 		if !ok {
-			fail(name, "unknown_field", "is not a field of "+e.Name)
+			fail(name, kumikotype.FieldCodeUnknownField, "is not a field of "+e.Name)
 			continue
 		}
 		v := fields[name]
@@ -44,9 +45,9 @@ func validateFields(e *Entity, create bool, fields map[string]any, prefix string
 			case create && fs.HasDefault:
 				// filled in below
 			case fs.Required && !create:
-				fail(name, "required", "is required and cannot be cleared")
+				fail(name, kumikotype.FieldCodeRequired, "is required and cannot be cleared")
 			case fs.Required:
-				fail(name, "required", "is required")
+				fail(name, kumikotype.FieldCodeRequired, "is required")
 			default:
 				out[name] = nil
 			}
@@ -58,7 +59,7 @@ func validateFields(e *Entity, create bool, fields map[string]any, prefix string
 			continue
 		}
 		if fs.Required && nv == "" {
-			fail(name, "required", "is required")
+			fail(name, kumikotype.FieldCodeRequired, "is required")
 			continue
 		}
 		out[name] = nv
@@ -74,7 +75,7 @@ func validateFields(e *Entity, create bool, fields map[string]any, prefix string
 				out[name] = CloneJSONValue(fs.Default)
 			case fs.Required:
 				if _, given := fields[name]; !given {
-					fail(name, "required", "is required")
+					fail(name, kumikotype.FieldCodeRequired, "is required")
 				}
 			}
 		}
@@ -85,36 +86,36 @@ func validateFields(e *Entity, create bool, fields map[string]any, prefix string
 
 // NormalizeValue checks v against the field and returns its JSON-native form,
 // or a problem code and message.
-func NormalizeValue(fs spec.Field, v any) (out any, code, msg string) {
+func NormalizeValue(fs spec.Field, v any) (out any, code kumikotype.FieldCode, msg string) {
 	switch fs.Type {
 	case spec.TypeText:
 		s, ok := v.(string)
 		if !ok {
-			return nil, "type", "must be a string"
+			return nil, kumikotype.FieldCodeType, "must be a string"
 		}
 		if fs.MaxLen > 0 && utf8.RuneCountInString(s) > fs.MaxLen {
-			return nil, "max", fmt.Sprintf("must be at most %d characters", fs.MaxLen)
+			return nil, kumikotype.FieldCodeMax, fmt.Sprintf("must be at most %d characters", fs.MaxLen)
 		}
 		return s, "", ""
 	case spec.TypeNumber:
 		f, ok := toFloat(v)
 		if !ok {
-			return nil, "type", "must be a number"
+			return nil, kumikotype.FieldCodeType, "must be a number"
 		}
 		return f, "", ""
 	case spec.TypeBool:
 		b, ok := v.(bool)
 		if !ok {
-			return nil, "type", "must be a boolean"
+			return nil, kumikotype.FieldCodeType, "must be a boolean"
 		}
 		return b, "", ""
 	case spec.TypeEnum:
 		s, ok := v.(string)
 		if !ok {
-			return nil, "type", "must be a string"
+			return nil, kumikotype.FieldCodeType, "must be a string"
 		}
 		if !slices.Contains(fs.Enum, s) {
-			return nil, "oneof", "must be one of: " + strings.Join(fs.Enum, ", ")
+			return nil, kumikotype.FieldCodeOneOf, "must be one of: " + strings.Join(fs.Enum, ", ")
 		}
 		return s, "", ""
 	case spec.TypeTimestamp:
@@ -126,21 +127,21 @@ func NormalizeValue(fs spec.Field, v any) (out any, code, msg string) {
 	case spec.TypeUUID, spec.TypeReference:
 		id, ok := toUUID(v)
 		if !ok {
-			return nil, "type", "must be a UUID"
+			return nil, kumikotype.FieldCodeType, "must be a UUID"
 		}
 		return id.String(), "", ""
 	case spec.TypeJSON:
 		raw, err := json.Marshal(v)
 		if err != nil {
-			return nil, "type", "must be a JSON value"
+			return nil, kumikotype.FieldCodeType, "must be a JSON value"
 		}
 		var out any
 		if err := json.Unmarshal(raw, &out); err != nil {
-			return nil, "type", "must be a JSON value"
+			return nil, kumikotype.FieldCodeType, "must be a JSON value"
 		}
 		return out, "", ""
 	}
-	return nil, "type", "has a field type the registry does not know"
+	return nil, kumikotype.FieldCodeType, "has a field type the registry does not know"
 }
 
 func toFloat(v any) (float64, bool) {

@@ -3,6 +3,8 @@ package codec
 import (
 	"errors"
 	"time"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // MaxSortKeys caps the sort keys of a list: every key widens the keyset
@@ -41,17 +43,17 @@ func ParseTime(s string) (time.Time, error) {
 
 // parseTime is ParseTime for any value toTime accepts, with a problem code:
 // "type" for what is not a timestamp, "range" for one outside the range.
-func parseTime(v any) (t time.Time, code, msg string) {
+func parseTime(v any) (t time.Time, code kumikotype.FieldCode, msg string) {
 	t, ok := toTime(v)
 	if !ok {
-		return time.Time{}, "type", "must be an RFC 3339 timestamp"
+		return time.Time{}, kumikotype.FieldCodeType, "must be an RFC 3339 timestamp"
 	}
 	if _, off := t.Zone(); off <= -maxOffset || off >= maxOffset {
-		return time.Time{}, "type", "must be an RFC 3339 timestamp (UTC offset at most 23:59)"
+		return time.Time{}, kumikotype.FieldCodeType, "must be an RFC 3339 timestamp (UTC offset at most 23:59)"
 	}
 	t = t.UTC().Truncate(time.Microsecond)
 	if t.Before(minTime) || t.After(maxTime) {
-		return time.Time{}, "range", timeRangeMessage
+		return time.Time{}, kumikotype.FieldCodeRange, timeRangeMessage
 	}
 	return t, "", ""
 }
@@ -59,7 +61,7 @@ func parseTime(v any) (t time.Time, code, msg string) {
 // parseAsOf reads an asOf value. The first instant of year 1 is read one
 // microsecond later, since the zero time.Time means "now" to the pipeline;
 // nothing can have happened in between.
-func parseAsOf(v any) (t time.Time, code, msg string) {
+func parseAsOf(v any) (t time.Time, code kumikotype.FieldCode, msg string) {
 	if t, code, msg = parseTime(v); code == "" && t.IsZero() {
 		t = t.Add(time.Microsecond)
 	}

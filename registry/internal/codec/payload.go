@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-playground/validator/v10"
 	"github.com/google/uuid"
+
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 var (
@@ -356,14 +358,14 @@ func parseObject(raw []byte) (map[string]any, *ValidationError) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, invalid(FieldError{Code: "invalid_json", Message: "is not valid JSON: " + jsonErrText(err)})
+		return nil, invalid(FieldError{Code: string(kumikotype.FieldCodeInvalidJSON), Message: "is not valid JSON: " + jsonErrText(err)})
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, invalid(FieldError{Code: "invalid_json", Message: "has data after the JSON value"})
+		return nil, invalid(FieldError{Code: string(kumikotype.FieldCodeInvalidJSON), Message: "has data after the JSON value"})
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, invalid(FieldError{Code: "type", Message: "must be a JSON object"})
+		return nil, invalid(FieldError{Code: string(kumikotype.FieldCodeType), Message: "must be a JSON object"})
 	}
 	return obj, nil
 }
@@ -399,7 +401,7 @@ func (c *Codec) decodeStruct(t reflect.Type, raw []byte) (any, error) {
 		return nil, fmt.Errorf("decode %s: %w", t, err)
 	}
 	if err := json.Unmarshal(norm, ptr.Interface()); err != nil {
-		shape.fail("", "type", "does not fit the payload type")
+		shape.fail("", kumikotype.FieldCodeType, "does not fit the payload type")
 		return nil, shape.err()
 	}
 	if err := c.validateStruct(ptr.Interface()); err != nil {
@@ -454,7 +456,7 @@ func (c *Codec) validateStruct(v any) (err error) {
 			out.omitted += len(ves) - i
 			break
 		}
-		out.fail(c.namespacePath(root, fe.StructNamespace()), fe.Tag(), tagMessage(fe))
+		out.fail(c.namespacePath(root, fe.StructNamespace()), kumikotype.FieldCode(fe.Tag()), tagMessage(fe))
 	}
 	return out.err()
 }
@@ -483,7 +485,7 @@ func (c *Codec) check(t reflect.Type, v any, path string, errs *problems) bool {
 		return c.checkMap(t, v, path, errs)
 	}
 	if msg := scalarMismatch(t, v); msg != "" {
-		errs.fail(path, "type", msg)
+		errs.fail(path, kumikotype.FieldCodeType, msg)
 		return false
 	}
 	return true
@@ -494,7 +496,7 @@ func (c *Codec) check(t reflect.Type, v any, path string, errs *problems) bool {
 func (c *Codec) checkStruct(t reflect.Type, v any, path string, errs *problems) bool {
 	obj, ok := v.(map[string]any)
 	if !ok {
-		errs.fail(path, "type", "must be an object")
+		errs.fail(path, kumikotype.FieldCodeType, "must be an object")
 		return false
 	}
 	info := c.structs[t]
@@ -504,7 +506,7 @@ func (c *Codec) checkStruct(t reflect.Type, v any, path string, errs *problems) 
 	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		i, ok := info.byJSON[k]
 		if !ok {
-			errs.fail(joinKey(path, k), "unknown_field", "is not a known field")
+			errs.fail(joinKey(path, k), kumikotype.FieldCodeUnknownField, "is not a known field")
 			delete(obj, k)
 			continue
 		}
@@ -527,18 +529,18 @@ func (c *Codec) checkStruct(t reflect.Type, v any, path string, errs *problems) 
 func (c *Codec) checkArray(t reflect.Type, v any, path string, errs *problems) bool {
 	if t.Elem().Kind() == reflect.Uint8 && t.Kind() == reflect.Slice {
 		if _, ok := v.(string); !ok {
-			errs.fail(path, "type", "must be a base64 string")
+			errs.fail(path, kumikotype.FieldCodeType, "must be a base64 string")
 			return false
 		}
 		return c.checkOpaque(t, v, path, errs)
 	}
 	arr, ok := v.([]any)
 	if !ok {
-		errs.fail(path, "type", "must be an array")
+		errs.fail(path, kumikotype.FieldCodeType, "must be an array")
 		return false
 	}
 	if t.Kind() == reflect.Array && len(arr) > t.Len() {
-		errs.fail(path, "max", fmt.Sprintf("must have at most %d items", t.Len()))
+		errs.fail(path, kumikotype.FieldCodeMax, fmt.Sprintf("must have at most %d items", t.Len()))
 		return false
 	}
 	for i, e := range arr {
@@ -554,7 +556,7 @@ func (c *Codec) checkArray(t reflect.Type, v any, path string, errs *problems) b
 func (c *Codec) checkMap(t reflect.Type, v any, path string, errs *problems) bool {
 	obj, ok := v.(map[string]any)
 	if !ok {
-		errs.fail(path, "type", "must be an object")
+		errs.fail(path, kumikotype.FieldCodeType, "must be an object")
 		return false
 	}
 	if t.Key().Kind() != reflect.String {
@@ -630,7 +632,7 @@ func (c *Codec) checkQuoted(t reflect.Type, v any, path string, errs *problems) 
 		ok = dec.Decode(&inner) == nil && inner != nil
 	}
 	if !ok {
-		errs.fail(path, "type", "must be a string holding the value")
+		errs.fail(path, kumikotype.FieldCodeType, "must be a string holding the value")
 		return false
 	}
 	return c.check(t, inner, path, errs)
@@ -660,7 +662,7 @@ func (c *Codec) checkOpaque(t reflect.Type, v any, path string, errs *problems) 
 	case uuidType:
 		msg = "must be a UUID"
 	}
-	errs.fail(path, "type", msg)
+	errs.fail(path, kumikotype.FieldCodeType, msg)
 	return false
 }
 

@@ -1,4 +1,4 @@
-package pipeline
+package projection
 
 import (
 	"context"
@@ -21,15 +21,15 @@ import (
 // of it answer projection_rebuild_in_progress until it is complete — for an
 // inline projection after RebuildProjection, for a multi-stream projection
 // reading from the beginning once its consumer has passed those events.
-func (d *Executor) EnsureSchema(ctx context.Context) error {
+func (s *Side) EnsureSchema(ctx context.Context) error {
 	var tables []ensureTable
-	for _, e := range d.reg.Entities() {
+	for _, e := range s.reg.Entities() {
 		tables = append(tables, ensureTable{def: e.Table()})
 	}
-	for _, p := range d.reg.Projections() {
+	for _, p := range s.reg.Projections() {
 		tables = append(tables, ensureTable{def: p.Table(), projection: p.Name()})
 	}
-	for _, m := range d.reg.MSPs() {
+	for _, m := range s.reg.MSPs() {
 		if t, ok := m.Table(); ok {
 			et := ensureTable{def: t}
 			if m.StartFrom() == feature.FromBeginning {
@@ -38,17 +38,17 @@ func (d *Executor) EnsureSchema(ctx context.Context) error {
 			tables = append(tables, et)
 		}
 	}
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('kumiko.tables.' || $1, 0))`, d.schema); err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('kumiko.tables.' || $1, 0))`, s.schema); err != nil {
 			return err
 		}
 		for _, t := range tables {
 			if t.projection != "" {
-				if err := d.markIfIncomplete(ctx, tx, t); err != nil {
+				if err := s.markIfIncomplete(ctx, tx, t); err != nil {
 					return fmt.Errorf("table %s: %w", t.def.Name, err)
 				}
 			}
-			for _, stmt := range d.tableDDL(t.def) {
+			for _, stmt := range s.tableDDL(t.def) {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
 					return fmt.Errorf("table %s: %w", t.def.Name, err)
 				}
@@ -73,26 +73,26 @@ type ensureTable struct {
 
 // markIfIncomplete records a projection table about to be created while
 // events it applies exist: the table lacks every event up to their head.
-func (d *Executor) markIfIncomplete(ctx context.Context, tx pgx.Tx, t ensureTable) error {
+func (s *Side) markIfIncomplete(ctx context.Context, tx pgx.Tx, t ensureTable) error {
 	var exists bool
-	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, d.qualify(t.def.Name)).Scan(&exists); err != nil || exists {
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.qualify(t.def.Name)).Scan(&exists); err != nil || exists {
 		return err
 	}
-	target, err := d.rebuildTarget(t.projection)
+	target, err := s.rebuildTarget(t.projection)
 	if err != nil {
 		return err
 	}
-	head, err := d.store.HeadTx(ctx, tx, target.filter())
+	head, err := s.store.HeadTx(ctx, tx, target.filter())
 	if err != nil || head == 0 {
 		return err
 	}
-	_, err = tx.Exec(ctx, d.sql.markIncomplete, t.projection, head)
+	_, err = tx.Exec(ctx, s.sql.markIncomplete, t.projection, head)
 	return err
 }
 
 // tableDDL is the idempotent DDL of a read table.
-func (d *Executor) tableDDL(t feature.TableDef) []string {
-	name := d.qualify(t.Name)
+func (s *Side) tableDDL(t feature.TableDef) []string {
+	name := s.qualify(t.Name)
 	var cols []string
 	for _, c := range t.Columns {
 		cols = append(cols, columnDDL(c))
@@ -134,6 +134,6 @@ func idents(names []string) string {
 	return strings.Join(out, ", ")
 }
 
-func (d *Executor) qualify(table string) string {
-	return pgx.Identifier{d.schema, table}.Sanitize()
+func (s *Side) qualify(table string) string {
+	return pgx.Identifier{s.schema, table}.Sanitize()
 }

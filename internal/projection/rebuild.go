@@ -1,4 +1,4 @@
-package pipeline
+package projection
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/author"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -116,8 +117,8 @@ type rebuildTarget struct {
 	proj   *registry.Projection
 }
 
-func (d *Executor) rebuildTarget(name string) (rebuildTarget, error) {
-	if p, ok := d.reg.Projection(name); ok {
+func (s *Side) rebuildTarget(name string) (rebuildTarget, error) {
+	if p, ok := s.reg.Projection(name); ok {
 		var types []string
 		for _, typ := range p.Events() {
 			if _, ok := p.Apply(typ); ok {
@@ -126,7 +127,7 @@ func (d *Executor) rebuildTarget(name string) (rebuildTarget, error) {
 		}
 		return rebuildTarget{name: name, kind: ProjectionInline, table: p.Table(), source: p.Source(), types: types, proj: p}, nil
 	}
-	if m, ok := d.reg.MSP(name); ok {
+	if m, ok := s.reg.MSP(name); ok {
 		if t, ok := m.Table(); ok {
 			var types []string
 			for _, typ := range m.Events() {
@@ -163,7 +164,7 @@ func (t rebuildTarget) filter() eventstore.ReadFilter {
 
 // rebuild is one running RebuildProjection.
 type rebuild struct {
-	d      *Executor
+	s      *Side
 	conn   *pgx.Conn
 	t      rebuildTarget
 	opts   RebuildOptions
@@ -184,8 +185,8 @@ type rebuild struct {
 // dropped, the live table is untouched and the status is "failed". See the
 // "Rebuilds" section of docs/dispatcher.md for why no event is lost or
 // applied twice.
-func (d *Executor) RebuildProjection(ctx context.Context, name string, opts RebuildOptions) (RebuildResult, error) {
-	t, err := d.rebuildTarget(name)
+func (s *Side) RebuildProjection(ctx context.Context, name string, opts RebuildOptions) (RebuildResult, error) {
+	t, err := s.rebuildTarget(name)
 	if err != nil {
 		return RebuildResult{}, err
 	}
@@ -196,12 +197,12 @@ func (d *Executor) RebuildProjection(ctx context.Context, name string, opts Rebu
 	if len(shadow) > 63 {
 		return RebuildResult{}, fmt.Errorf("rebuild %s: table name %q is too long for a shadow table", name, t.table.Name)
 	}
-	pc, err := d.pool.Acquire(ctx)
+	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return RebuildResult{}, err
 	}
 	defer pc.Release()
-	key := "kumiko.rebuild." + d.schema + "." + name
+	key := "kumiko.rebuild." + s.schema + "." + name
 	var locked bool
 	if err := pc.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, key).Scan(&locked); err != nil {
 		return RebuildResult{}, err
@@ -213,34 +214,34 @@ func (d *Executor) RebuildProjection(ctx context.Context, name string, opts Rebu
 		// On a broken connection the session, and with it the lock, is gone.
 		_, _ = pc.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, key)
 	}()
-	r := &rebuild{d: d, conn: pc.Conn(), t: t, opts: opts, live: d.qualify(t.table.Name), shadow: shadow,
-		res: RebuildResult{Name: name, Kind: t.kind}, alone: d.pool.Config().MaxConns < 2}
+	r := &rebuild{s: s, conn: pc.Conn(), t: t, opts: opts, live: s.qualify(t.table.Name), shadow: shadow,
+		res: RebuildResult{Name: name, Kind: t.kind}, alone: s.pool.Config().MaxConns < 2}
 	start := time.Now()
 	if err := r.run(ctx); err != nil {
 		r.fail(ctx, err)
 		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", name, err)
 	}
 	r.res.Duration = time.Since(start)
-	d.metrics.rebuilds.WithLabelValues(name).Observe(r.res.Duration.Seconds())
+	s.rebuilds.WithLabelValues(name).Observe(r.res.Duration.Seconds())
 	return r.res, nil
 }
 
 func (r *rebuild) run(ctx context.Context) error {
-	d := r.d
+	s := r.s
 	// (1) status, (2) a fresh shadow table.
 	err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, d.sql.markRebuilding, r.t.name); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.markRebuilding, r.t.name); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, d.sql.clearQuarantine, r.t.name); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.clearQuarantine, r.t.name); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+d.qualify(r.shadow)); err != nil {
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+s.qualify(r.shadow)); err != nil {
 			return err
 		}
 		def := r.t.table
 		def.Name = r.shadow
-		for _, stmt := range d.tableDDL(def) {
+		for _, stmt := range s.tableDDL(def) {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("shadow table: %w", err)
 			}
@@ -262,7 +263,7 @@ func (r *rebuild) run(ctx context.Context) error {
 			if h, err = r.settled(ctx, tx); err != nil {
 				return err
 			}
-			n, err = r.d.store.CountTx(ctx, tx, r.t.filter(), r.cursor, h.LastID)
+			n, err = r.s.store.CountTx(ctx, tx, r.t.filter(), r.cursor, h.LastID)
 			return err
 		})
 		if err != nil {
@@ -301,7 +302,7 @@ func (r *rebuild) run(ctx context.Context) error {
 
 // settled waits until every id up to the store's horizon is settled.
 func (r *rebuild) settled(ctx context.Context, tx pgx.Tx) (eventstore.Horizon, error) {
-	return r.d.store.SettledTx(ctx, tx, settlePoll)
+	return r.s.store.SettledTx(ctx, tx, settlePoll)
 }
 
 // replay applies the events after the cursor up to upTo (settled) to the
@@ -357,7 +358,7 @@ func (r *rebuild) readAhead(ctx context.Context, after, upTo int64) *chunkRead {
 	c := &chunkRead{done: make(chan struct{})}
 	read := func(tx pgx.Tx) error {
 		var err error
-		c.evs, err = r.d.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
+		c.evs, err = r.s.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
 		return err
 	}
 	if r.alone {
@@ -367,7 +368,7 @@ func (r *rebuild) readAhead(ctx context.Context, after, upTo int64) *chunkRead {
 	}
 	go func() {
 		defer close(c.done)
-		c.err = pgx.BeginTxFunc(ctx, r.d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, read)
+		c.err = pgx.BeginTxFunc(ctx, r.s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, read)
 	}()
 	return c
 }
@@ -405,7 +406,7 @@ func (r *rebuild) replayChunk(ctx context.Context, evs []eventstore.Event, end i
 		if err != nil {
 			return err
 		}
-		tx.Enqueue(nil, r.d.sql.progress, r.t.name, end)
+		tx.Enqueue(nil, r.s.sql.progress, r.t.name, end)
 		r.cursor = end
 		return nil
 	})
@@ -414,7 +415,7 @@ func (r *rebuild) replayChunk(ctx context.Context, evs []eventstore.Event, end i
 // applyBatch reads up to BatchSize events with after < id ≤ upTo in tx and
 // applies them; it returns the id the shadow is complete up to.
 func (r *rebuild) applyBatch(ctx context.Context, tx pgx.Tx, after, upTo int64) (int64, error) {
-	evs, err := r.d.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
+	evs, err := r.s.store.ReadRangeTx(ctx, tx, after, upTo, r.opts.BatchSize)
 	if err != nil {
 		return 0, err
 	}
@@ -473,7 +474,7 @@ func (r *rebuild) applyEvents(ctx context.Context, tx pgx.Tx, evs []eventstore.E
 		if ctx.Err() != nil {
 			return err
 		}
-		if _, qerr := tx.Exec(ctx, r.d.sql.quarantine,
+		if _, qerr := tx.Exec(ctx, r.s.sql.quarantine,
 			r.t.name, ev.ID, author.Storable(err.Error(), 2000)); qerr != nil {
 			return errors.Join(err, qerr)
 		}
@@ -486,14 +487,14 @@ func (r *rebuild) applyEvents(ctx context.Context, tx pgx.Tx, evs []eventstore.E
 // inline projection writes through db, a multi-stream one works in tx. A
 // panic in it fails the event like a returned error.
 func (r *rebuild) apply(ctx context.Context, db feature.DB, tx pgx.Tx, ev eventstore.Event) error {
-	table := r.d.qualify(r.shadow)
+	table := r.s.qualify(r.shadow)
 	appended := 0
-	err := author.Run(r.d.log, func() (err error) {
+	err := author.Run(r.s.log, func() (err error) {
 		if r.t.kind == ProjectionInline {
 			apply, _ := r.t.proj.Apply(ev.Type)
 			return apply(&projectionContext{ctx: ctx, db: db, tenant: ev.TenantID, table: table}, ev)
 		}
-		appended, err = r.d.applyMSP(ctx, tx, r.t.msp, table, ev)
+		appended, err = r.s.applyMSP(ctx, tx, r.t.msp, table, ev)
 		return err
 	}, "projection", r.t.name, "eventId", ev.ID, "eventType", ev.Type)
 	if err == nil && appended > 0 {
@@ -531,7 +532,7 @@ func (r *rebuild) swap(ctx context.Context) func(pgx.Tx) error {
 		if err := r.replace(ctx, tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, r.d.sql.markReady, r.t.name, r.cursor); err != nil {
+		if _, err := tx.Exec(ctx, r.s.sql.markReady, r.t.name, r.cursor); err != nil {
 			return err
 		}
 		r.res.LastEventID = r.cursor
@@ -561,7 +562,7 @@ func (r *rebuild) catchUpInline(ctx context.Context, tx pgx.Tx) error {
 		}
 		r.cursor = next
 	}
-	last, err := r.d.store.HeadTx(ctx, tx, eventstore.ReadFilter{})
+	last, err := r.s.store.HeadTx(ctx, tx, eventstore.ReadFilter{})
 	if err != nil {
 		return err
 	}
@@ -574,7 +575,7 @@ func (r *rebuild) catchUpInline(ctx context.Context, tx pgx.Tx) error {
 // consumer's pass writes the table: holding its rows (waiting for a running
 // pass) stops it until the commit.
 func (r *rebuild) catchUpMSP(ctx context.Context, tx pgx.Tx) error {
-	shards, err := r.d.consumers.LockShardsTx(ctx, tx, r.t.name)
+	shards, err := r.s.consumers.LockShardsTx(ctx, tx, r.t.name)
 	if err != nil {
 		return err
 	}
@@ -587,7 +588,7 @@ func (r *rebuild) catchUpMSP(ctx context.Context, tx pgx.Tx) error {
 			return err
 		}
 	}
-	if err := r.d.consumers.MoveShardsTx(ctx, tx, r.t.name, r.cursor, shards, r.t.msp.Delivery() != feature.PerInstance); err != nil {
+	if err := r.s.consumers.MoveShardsTx(ctx, tx, r.t.name, r.cursor, shards, r.t.msp.Delivery() != feature.PerInstance); err != nil {
 		return err
 	}
 	_, err = tx.Exec(ctx, `LOCK TABLE `+r.live+` IN ACCESS EXCLUSIVE MODE`)
@@ -598,7 +599,7 @@ func (r *rebuild) catchUpMSP(ctx context.Context, tx pgx.Tx) error {
 // indexes to the live names, so a later EnsureSchema or rebuild finds them
 // where it expects them.
 func (r *rebuild) replace(ctx context.Context, tx pgx.Tx) error {
-	shadow := r.d.qualify(r.shadow)
+	shadow := r.s.qualify(r.shadow)
 	rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass`, shadow)
 	if err != nil {
 		return err
@@ -613,7 +614,7 @@ func (r *rebuild) replace(ctx context.Context, tx pgx.Tx) error {
 	}
 	for _, ix := range indexes {
 		if rest, ok := strings.CutPrefix(ix, r.shadow); ok {
-			stmts = append(stmts, `ALTER INDEX `+r.d.qualify(ix)+` RENAME TO `+pgx.Identifier{r.t.table.Name + rest}.Sanitize())
+			stmts = append(stmts, `ALTER INDEX `+r.s.qualify(ix)+` RENAME TO `+pgx.Identifier{r.t.table.Name + rest}.Sanitize())
 		}
 	}
 	for _, s := range stmts {
@@ -630,19 +631,19 @@ func (r *rebuild) replace(ctx context.Context, tx pgx.Tx) error {
 // pool only when that connection broke; within failTimeout either way, also
 // when ctx has ended.
 func (r *rebuild) fail(ctx context.Context, cause error) {
-	d := r.d
+	s := r.s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failTimeout)
 	defer cancel()
 	var q feature.DB = r.conn
 	if r.conn.IsClosed() {
-		q = d.pool
+		q = s.pool
 	}
-	if _, err := q.Exec(ctx, `DROP TABLE IF EXISTS `+d.qualify(r.shadow)); err != nil {
-		d.log.Error("rebuild: drop shadow table", "projection", r.t.name, "error", err)
+	if _, err := q.Exec(ctx, `DROP TABLE IF EXISTS `+s.qualify(r.shadow)); err != nil {
+		s.log.Error("rebuild: drop shadow table", "projection", r.t.name, "error", err)
 	}
-	if _, err := q.Exec(ctx, d.sql.markFailed,
+	if _, err := q.Exec(ctx, s.sql.markFailed,
 		r.t.name, author.Storable(cause.Error(), 2000)); err != nil {
-		d.log.Error("rebuild: record failure", "projection", r.t.name, "error", err)
+		s.log.Error("rebuild: record failure", "projection", r.t.name, "error", err)
 	}
 }
 
@@ -650,16 +651,16 @@ func (r *rebuild) fail(ctx context.Context, cause error) {
 // being built for the first time (see EnsureSchema): it lacks events a query
 // would miss. A table being rebuilt behind a shadow table is complete and
 // passes. Once complete, a table stays so: the answer is kept.
-func (d *Executor) checkBuilt(ctx context.Context, tx pgx.Tx, name string, msp bool) error {
-	if _, ok := d.built.Load(name); ok {
+func (s *Side) checkBuilt(ctx context.Context, tx pgx.Tx, name string, msp bool) error {
+	if _, ok := s.built.Load(name); ok {
 		return nil
 	}
 	var until *int64
-	if err := tx.QueryRow(ctx, d.sql.incompleteUntil, name).Scan(&until); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := tx.QueryRow(ctx, s.sql.incompleteUntil, name).Scan(&until); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
 	if until != nil && msp {
-		cursor, err := d.consumers.LowestCursorTx(ctx, tx, name)
+		cursor, err := s.consumers.LowestCursorTx(ctx, tx, name)
 		if err != nil {
 			return err
 		}
@@ -668,63 +669,63 @@ func (d *Executor) checkBuilt(ctx context.Context, tx pgx.Tx, name string, msp b
 		}
 	}
 	if until != nil {
-		return newError(CodeProjectionRebuilding, "",
+		return newError(kumikotype.CodeProjectionRebuilding, "",
 			fmt.Sprintf("projection %s is being built from the stored events; retry later", name), nil)
 	}
-	d.built.Store(name, true)
+	s.built.Store(name, true)
 	return nil
 }
 
 // ProjectionStatuses reports every inline projection and table-backed
 // multi-stream projection, in registry order.
-func (d *Executor) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, error) {
+func (s *Side) ProjectionStatuses(ctx context.Context) ([]ProjectionStatus, error) {
 	var targets []rebuildTarget
-	for _, p := range d.reg.Projections() {
-		t, _ := d.rebuildTarget(p.Name())
+	for _, p := range s.reg.Projections() {
+		t, _ := s.rebuildTarget(p.Name())
 		targets = append(targets, t)
 	}
-	for _, m := range d.reg.MSPs() {
-		if t, err := d.rebuildTarget(m.Name()); err == nil && t.kind == ProjectionMSP {
+	for _, m := range s.reg.MSPs() {
+		if t, err := s.rebuildTarget(m.Name()); err == nil && t.kind == ProjectionMSP {
 			targets = append(targets, t)
 		}
 	}
 	var out []ProjectionStatus
-	err := pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		out = out[:0]
 		for _, t := range targets {
-			s := ProjectionStatus{Name: t.name, Kind: t.kind, Status: ProjectionReady}
+			st := ProjectionStatus{Name: t.name, Kind: t.kind, Status: ProjectionReady}
 			var stored int64
-			err := tx.QueryRow(ctx, d.sql.projectionState,
-				t.name).Scan(&s.Status, &stored, &s.LastRebuildAt, &s.LastError)
+			err := tx.QueryRow(ctx, s.sql.projectionState,
+				t.name).Scan(&st.Status, &stored, &st.LastRebuildAt, &st.LastError)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			if s.Head, err = d.store.HeadTx(ctx, tx, t.filter()); err != nil {
+			if st.Head, err = s.store.HeadTx(ctx, tx, t.filter()); err != nil {
 				return err
 			}
 			switch {
 			case t.kind == ProjectionMSP:
-				if s.Cursor, err = d.consumers.LowestCursorTx(ctx, tx, t.name); err != nil {
+				if st.Cursor, err = s.consumers.LowestCursorTx(ctx, tx, t.name); err != nil {
 					return err
 				}
-			case s.Status == ProjectionReady:
-				s.Cursor = s.Head // written with every event
+			case st.Status == ProjectionReady:
+				st.Cursor = st.Head // written with every event
 			default:
-				s.Cursor = stored
+				st.Cursor = stored
 			}
-			if s.Cursor < s.Head {
-				if s.Lag, err = d.store.CountTx(ctx, tx, t.filter(), s.Cursor, 0); err != nil {
+			if st.Cursor < st.Head {
+				if st.Lag, err = s.store.CountTx(ctx, tx, t.filter(), st.Cursor, 0); err != nil {
 					return err
 				}
-				oldest, ok, err := d.store.OldestAfterTx(ctx, tx, t.filter(), s.Cursor)
+				oldest, ok, err := s.store.OldestAfterTx(ctx, tx, t.filter(), st.Cursor)
 				if err != nil {
 					return err
 				}
 				if ok {
-					s.LagSeconds = max(time.Since(oldest).Seconds(), 0)
+					st.LagSeconds = max(time.Since(oldest).Seconds(), 0)
 				}
 			}
-			out = append(out, s)
+			out = append(out, st)
 		}
 		return nil
 	})

@@ -1,4 +1,4 @@
-package pipeline
+package projection
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // RowFeed reads one projection's rows for a channel of its row changes: the
@@ -24,12 +25,12 @@ import (
 // (Keyed). Any other table may change anywhere in the tenant's rows: a
 // channel reads them whole ([RowFeed.Rows]) and compares.
 type RowFeed struct {
-	d      *Executor
+	s      *Side
 	name   string
 	def    feature.TableDef
-	table  string       // schema-qualified
-	entity *entityTable // set for an entity's read table
-	source string       // the aggregate type an inline projection follows
+	table  string  // schema-qualified
+	entity *Entity // set for an entity's read table
+	source string  // the aggregate type an inline projection follows
 	types  map[string]bool
 	msp    bool // rows reflect an event once the consumer's cursor passed it
 	read   feature.Rule
@@ -40,20 +41,20 @@ type RowFeed struct {
 // table (by entity name). An unknown name, a side-effect consumer, a table
 // without a tenant_id column and an entity whose streams live in the system
 // tenant have no feed: not_found (projection_not_found).
-func (d *Executor) RowFeed(name string) (*RowFeed, error) {
-	f := &RowFeed{d: d, name: name}
-	if t, ok := d.entities[name]; ok && !t.e.SystemStream() {
+func (s *Side) RowFeed(name string) (*RowFeed, error) {
+	f := &RowFeed{s: s, name: name}
+	if t, ok := s.entities[name]; ok && !t.e.SystemStream() {
 		f.entity, f.def, f.table = t, t.e.Table(), t.table
 		f.source = name
-		if h, ok := d.reg.Handler(name + ".list"); ok && h.Entity == name {
+		if h, ok := s.reg.Handler(name + ".list"); ok && h.Entity == name {
 			f.read = h.Access
 		}
 		return f, nil
 	}
-	if p, ok := d.reg.Projection(name); ok {
+	if p, ok := s.reg.Projection(name); ok {
 		f.def, f.source, f.read = p.Table(), p.Source(), p.Read()
 		f.types = typeSet(p.Events())
-	} else if m, ok := d.reg.MSP(name); ok {
+	} else if m, ok := s.reg.MSP(name); ok {
 		td, hasTable := m.Table()
 		if !hasTable {
 			return nil, noFeed(name)
@@ -66,12 +67,12 @@ func (d *Executor) RowFeed(name string) (*RowFeed, error) {
 	if !hasColumn(f.def, "tenant_id") {
 		return nil, noFeed(name)
 	}
-	f.table = d.qualify(f.def.Name)
+	f.table = s.qualify(f.def.Name)
 	return f, nil
 }
 
-func noFeed(name string) *Error {
-	return newError(CodeNotFound, "projection_not_found", "there is no projection "+name+" whose rows a channel can follow", nil).
+func noFeed(name string) *kumikotype.Error {
+	return newError(kumikotype.CodeNotFound, kumikotype.ReasonProjectionNotFound, "there is no projection "+name+" whose rows a channel can follow", nil).
 		With("projection", name)
 }
 
@@ -136,9 +137,9 @@ func (f *RowFeed) Settled(ctx context.Context) (int64, error) {
 		return math.MaxInt64, nil
 	}
 	var cursor int64
-	err := pgx.BeginTxFunc(ctx, f.d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, f.s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		cursor, err = f.d.consumers.LowestCursorTx(ctx, tx, f.name)
+		cursor, err = f.s.consumers.LowestCursorTx(ctx, tx, f.name)
 		return err
 	})
 	if err != nil {
@@ -150,7 +151,7 @@ func (f *RowFeed) Settled(ctx context.Context) (int64, error) {
 // query is the projection query of tenant's rows, as QueryProjection builds
 // it.
 func (f *RowFeed) query(ctx context.Context, tenant uuid.UUID) *projectionQuery {
-	return &projectionQuery{ctx: ctx, db: f.d.pool, name: f.name, def: f.def, table: f.table, tenant: tenant}
+	return &projectionQuery{ctx: ctx, db: f.s.pool, name: f.name, def: f.def, table: f.table, tenant: tenant}
 }
 
 // Rows reads every row of tenant in primary-key order, as QueryProjection

@@ -1,4 +1,4 @@
-package pipeline
+package projection
 
 import (
 	"context"
@@ -18,12 +18,13 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// entityTable is an entity's read table with the SQL that keeps it: one row
+// Entity is an entity's read table with the SQL that keeps it: one row
 // per live stream, the fold of its CRUD events.
-type entityTable struct {
+type Entity struct {
 	e      *registry.Entity
 	table  string   // schema-qualified
 	fields []string // field names, sorted
@@ -42,9 +43,9 @@ type entityTable struct {
 	exists string
 }
 
-// uniqueViolation turns a violation of a unique field's index into the
+// UniqueViolation turns a violation of a unique field's index into the
 // unique_violation that names the field (details.field); other errors pass.
-func (t *entityTable) uniqueViolation(err error) error {
+func (t *Entity) UniqueViolation(err error) error {
 	var pg *pgconn.PgError
 	if !errors.As(err, &pg) || pg.Code != "23505" {
 		return err
@@ -66,15 +67,15 @@ func (t *entityTable) uniqueViolation(err error) error {
 		col := pgx.Identifier{ix.Columns[1]}.Sanitize()
 		for _, f := range t.fields {
 			if t.cols[f] == col {
-				return newError(CodeUniqueViolation, "", f+" is already taken", err).With("field", f)
+				return newError(kumikotype.CodeUniqueViolation, "", f+" is already taken", err).With("field", f)
 			}
 		}
 	}
 	return err
 }
 
-func newEntityTable(schema string, e *registry.Entity) *entityTable {
-	t := &entityTable{
+func newEntity(schema string, e *registry.Entity) *Entity {
+	t := &Entity{
 		e:      e,
 		table:  pgx.Identifier{schema, e.Table().Name}.Sanitize(),
 		fields: e.FieldNames(),
@@ -112,14 +113,14 @@ func newEntityTable(schema string, e *registry.Entity) *entityTable {
 // write whose MustExist reference names no live row of the referenced
 // entity in the writer's tenant. Details name the field; an id of another
 // tenant answers exactly like one that names nothing.
-const ReasonReferenceNotFound = "reference_not_found"
+const ReasonReferenceNotFound = string(kumikotype.ReasonReferenceNotFound)
 
-// checkReferences checks the MustExist references an entity's created or
+// CheckReferences checks the MustExist references an entity's created or
 // updated event sets (payload holds the fields it sets) in db: each non-null
 // value must name a live row of its entity in that entity's tenant for c.
 // The row stays locked FOR SHARE until db ends, so it cannot be deleted
 // before the write commits.
-func (d *Executor) checkReferences(ctx context.Context, db pgx.Tx, c *Caller, t *entityTable, payload json.RawMessage) error {
+func (s *Side) CheckReferences(ctx context.Context, db pgx.Tx, u feature.User, t *Entity, payload json.RawMessage) error {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &fields); err != nil {
 		return fmt.Errorf("decode entity payload: %w", err)
@@ -129,9 +130,9 @@ func (d *Executor) checkReferences(ctx context.Context, db pgx.Tx, c *Caller, t 
 		if !ok || string(raw) == "null" {
 			continue
 		}
-		ref := d.entities[t.specs[f].Ref]
+		ref := s.entities[t.specs[f].Ref]
 		notFound := func() error {
-			return newError(CodeUnprocessable, ReasonReferenceNotFound,
+			return newError(kumikotype.CodeUnprocessable, kumikotype.ReasonReferenceNotFound,
 				fmt.Sprintf("%s does not name an existing %s", f, ref.e.Name()), nil).With("field", f)
 		}
 		var s string
@@ -143,7 +144,7 @@ func (d *Executor) checkReferences(ctx context.Context, db pgx.Tx, c *Caller, t 
 			return notFound()
 		}
 		var one int
-		err = db.QueryRow(ctx, ref.exists, [16]byte(id), [16]byte(d.tenantOf(ref, c))).Scan(&one)
+		err = db.QueryRow(ctx, ref.exists, [16]byte(id), [16]byte(ref.Tenant(u))).Scan(&one)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return notFound()
@@ -154,13 +155,13 @@ func (d *Executor) checkReferences(ctx context.Context, db pgx.Tx, c *Caller, t 
 	return nil
 }
 
-// apply writes one event of the entity's stream to its row and returns the
+// Apply writes one event of the entity's stream to its row and returns the
 // row afterwards (nil when the event removed it or found none to change).
 // created inserts, updated sets the changed columns, deleted sets deleted_at
 // or deletes the row, restored clears deleted_at; every other event on the
 // stream only moves the row's version, so clients always see the stream
 // version they must present on the next update.
-func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Event) (map[string]any, error) {
+func (t *Entity) Apply(ctx context.Context, db feature.DB, ev eventstore.Event) (map[string]any, error) {
 	name := t.e.Name()
 	var (
 		sql  string
@@ -178,12 +179,12 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 		// Nothing reads the insert's result: it travels with the next
 		// statement, the commit at the latest.
 		if err := eventstore.Enqueue(ctx, db, func(err error) error {
-			return t.uniqueViolation(fmt.Errorf("%s: apply %s: %w", t.table, ev.Type, err))
+			return t.UniqueViolation(fmt.Errorf("%s: apply %s: %w", t.table, ev.Type, err))
 		}, t.insert, args...); err != nil {
 			return nil, err
 		}
 		// The new row is exactly the fold of its first event.
-		return t.fold(nil, []eventstore.Event{ev})
+		return t.created(ev, fields), nil
 	case registry.VerbUpdate.EventType(name):
 		changes, err := decodeFields(ev.Payload)
 		if err != nil {
@@ -224,7 +225,16 @@ func (t *entityTable) apply(ctx context.Context, db feature.DB, ev eventstore.Ev
 	return out[0], nil
 }
 
-func (t *entityTable) liveOnly() string {
+// Tenant is the tenant the entity's streams and rows live in for u: the
+// system tenant for an entity of system streams, u's own otherwise.
+func (t *Entity) Tenant(u feature.User) uuid.UUID {
+	if t.e.SystemStream() {
+		return eventstore.SystemTenant
+	}
+	return u.TenantID
+}
+
+func (t *Entity) liveOnly() string {
 	if t.soft {
 		return " AND deleted_at IS NULL"
 	}
@@ -233,7 +243,7 @@ func (t *entityTable) liveOnly() string {
 
 // scanRows reads rows of selectList into their JSON-native form: the same
 // form the reducer produces from events.
-func (t *entityTable) scanRows(rows pgx.Rows) ([]map[string]any, error) {
+func (t *Entity) scanRows(rows pgx.Rows) ([]map[string]any, error) {
 	defer rows.Close()
 	var out []map[string]any
 	for rows.Next() {
@@ -320,10 +330,10 @@ func decodeFields(payload json.RawMessage) (map[string]any, error) {
 	return m, nil
 }
 
-// fold is the entity reducer: the state a stream's events build, in the
+// Fold is the entity reducer: the state a stream's events build, in the
 // same form as a read-table row. nil when the stream holds no live entity
 // (never created, or hard-deleted).
-func (t *entityTable) fold(state map[string]any, events []eventstore.Event) (map[string]any, error) {
+func (t *Entity) Fold(state map[string]any, events []eventstore.Event) (map[string]any, error) {
 	name := t.e.Name()
 	for _, ev := range events {
 		switch ev.Type {
@@ -332,13 +342,7 @@ func (t *entityTable) fold(state map[string]any, events []eventstore.Event) (map
 			if err != nil {
 				return nil, err
 			}
-			state = map[string]any{"id": ev.AggregateID.String(), "createdAt": formatTime(ev.CreatedAt)}
-			for _, f := range t.fields {
-				state[f] = fields[f]
-			}
-			if t.soft {
-				state["deletedAt"] = nil
-			}
+			state = t.created(ev, fields)
 		case registry.VerbUpdate.EventType(name):
 			if state == nil {
 				continue
@@ -373,8 +377,23 @@ func (t *entityTable) fold(state map[string]any, events []eventstore.Event) (map
 	return state, nil
 }
 
-// visible returns row without the fields user may not read; nil stays nil.
-func (t *entityTable) visible(row map[string]any, u feature.User) map[string]any {
+// created is the state the entity's created event ev builds, fields its
+// decoded payload.
+func (t *Entity) created(ev eventstore.Event, fields map[string]any) map[string]any {
+	state := make(map[string]any, len(t.fields)+5)
+	state["id"], state["createdAt"] = ev.AggregateID.String(), formatTime(ev.CreatedAt)
+	for _, f := range t.fields {
+		state[f] = fields[f]
+	}
+	if t.soft {
+		state["deletedAt"] = nil
+	}
+	state["version"], state["updatedAt"] = ev.Version, state["createdAt"]
+	return state
+}
+
+// Visible returns row without the fields user may not read; nil stays nil.
+func (t *Entity) Visible(row map[string]any, u feature.User) map[string]any {
 	if row == nil {
 		return nil
 	}
@@ -389,7 +408,7 @@ func (t *entityTable) visible(row map[string]any, u feature.User) map[string]any
 // readable is the entity's table def as u may read it, without the columns
 // of the fields u may not read, and its select list; "" when u reads every
 // column.
-func (t *entityTable) readable(def feature.TableDef, u feature.User) (feature.TableDef, string) {
+func (t *Entity) readable(def feature.TableDef, u feature.User) (feature.TableDef, string) {
 	hidden := map[string]bool{}
 	for _, f := range t.fields {
 		if !t.specs[f].CanRead(u.Authenticated, u.HasRole) {
@@ -421,4 +440,55 @@ func narrowed(def feature.TableDef, hide func(feature.Column) bool) (feature.Tab
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()
 	}
 	return def, strings.Join(cols, ", ")
+}
+
+// Definition is the entity as the registry declares it.
+func (t *Entity) Definition() *registry.Entity { return t.e }
+
+// Table is the entity's schema-qualified read table.
+func (t *Entity) Table() string { return t.table }
+
+// SoftDelete reports whether a delete keeps the row (deletedAt set).
+func (t *Entity) SoftDelete() bool { return t.soft }
+
+// RestrictsWrites reports whether any field restricts who may write it.
+func (t *Entity) RestrictsWrites() bool { return t.writeRoles }
+
+// ChecksReferences reports whether the entity has MustExist references
+// (see Side.CheckReferences).
+func (t *Entity) ChecksReferences() bool { return len(t.mustExist) > 0 }
+
+// LockRow locks the entity's row and returns its version; deleted selects a
+// soft-deleted row (restore) instead of a live one. A missing row is
+// not_found (aggregate_not_found).
+func (t *Entity) LockRow(ctx context.Context, tx pgx.Tx, id, tenant uuid.UUID, deleted bool) (int, error) {
+	cond := ""
+	if t.soft {
+		cond = " AND deleted_at IS NULL"
+		if deleted {
+			cond = " AND deleted_at IS NOT NULL"
+		}
+	}
+	var v int
+	err := tx.QueryRow(ctx, fmt.Sprintf("SELECT version FROM %s WHERE id = $1 AND tenant_id = $2%s FOR UPDATE", t.table, cond),
+		[16]byte(id), [16]byte(tenant)).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, newError(kumikotype.CodeNotFound, kumikotype.ReasonAggregateNotFound, fmt.Sprintf("no %s %s", t.e.Name(), id), nil)
+	}
+	return v, err
+}
+
+// CheckWrite refuses the first of fields (sorted) that u may not write,
+// with access_denied (reason field_access, details.field); a field whose
+// WrittenBy names command passes.
+func (t *Entity) CheckWrite(u feature.User, fields []string, command string) *kumikotype.Error {
+	slices.Sort(fields)
+	for _, f := range fields {
+		spec, ok := t.specs[f]
+		if !ok || spec.CanWrite(u.Authenticated, u.HasRole) || (command != "" && slices.Contains(spec.WrittenBy, command)) {
+			continue
+		}
+		return newError(kumikotype.CodeAccessDenied, kumikotype.ReasonFieldAccess, "you may not write the field "+f, nil).With("field", f)
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package pipeline
+package projection
 
 import (
 	"cmp"
@@ -18,6 +18,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -28,13 +29,13 @@ type ListResult struct {
 	NextCursor string `json:"nextCursor"`
 }
 
-// detail reads one entity row of the caller's tenant, or its state at
+// Detail reads one entity row of the caller's tenant, or its state at
 // in.AsOf folded from events; nil when it does not exist for the caller.
-func (d *Executor) detail(ctx context.Context, c *Caller, t *entityTable, in registry.DetailInput) (any, error) {
-	tenant := d.tenantOf(t, c)
+func (s *Side) Detail(ctx context.Context, u feature.User, t *Entity, in registry.DetailInput) (any, error) {
+	tenant := t.Tenant(u)
 	var row map[string]any
 	if in.AsOf.IsZero() {
-		rows, err := d.pool.Query(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE id = $1 AND tenant_id = $2%s",
+		rows, err := s.pool.Query(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE id = $1 AND tenant_id = $2%s",
 			t.selectList, t.table, t.liveOnly()), [16]byte(in.ID), [16]byte(tenant))
 		if err != nil {
 			return nil, err
@@ -47,12 +48,12 @@ func (d *Executor) detail(ctx context.Context, c *Caller, t *entityTable, in reg
 			row = found[0]
 		}
 	} else {
-		evs, err := d.store.Load(ctx, tenant, in.ID, eventstore.LoadOptions{AsOf: in.AsOf})
+		evs, err := s.store.Load(ctx, tenant, in.ID, eventstore.LoadOptions{AsOf: in.AsOf})
 		if err != nil {
 			return nil, err
 		}
 		if len(evs) > 0 && evs[0].AggregateType == t.e.Name() {
-			if row, err = t.fold(nil, evs); err != nil {
+			if row, err = t.Fold(nil, evs); err != nil {
 				return nil, err
 			}
 		}
@@ -63,7 +64,7 @@ func (d *Executor) detail(ctx context.Context, c *Caller, t *entityTable, in reg
 	if row == nil {
 		return nil, nil
 	}
-	return t.visible(row, c.User), nil
+	return t.Visible(row, u), nil
 }
 
 // sortKey is a list ordering key resolved to its column.
@@ -79,7 +80,7 @@ type listPlan struct {
 	cursor []any // values of keys in the last row of the previous page
 }
 
-func (d *Executor) planList(c *Caller, t *entityTable, in registry.ListInput) (*listPlan, error) {
+func (s *Side) planList(u feature.User, t *Entity, in registry.ListInput) (*listPlan, error) {
 	p := &listPlan{}
 	sorts := in.Sort
 	if len(sorts) == 0 {
@@ -101,12 +102,12 @@ func (d *Executor) planList(c *Caller, t *entityTable, in registry.ListInput) (*
 		p.keys = append(p.keys, sortKey{field: "id", col: "id", typ: "uuid"})
 	}
 	for f := range in.Filter {
-		if err := t.checkRead(c.User, f); err != nil {
+		if err := t.checkRead(u, f); err != nil {
 			return nil, err
 		}
 	}
 	for _, k := range p.keys {
-		if err := t.checkRead(c.User, k.field); err != nil {
+		if err := t.checkRead(u, k.field); err != nil {
 			return nil, err
 		}
 	}
@@ -120,7 +121,7 @@ func (d *Executor) planList(c *Caller, t *entityTable, in registry.ListInput) (*
 			err = p.checkCursor(&cur)
 		}
 		if err != nil {
-			return nil, newError(CodeValidation, "invalid_cursor", "the cursor does not belong to this list", err)
+			return nil, newError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this list", err)
 		}
 		p.cursor = cur.Values
 	}
@@ -129,9 +130,9 @@ func (d *Executor) planList(c *Caller, t *entityTable, in registry.ListInput) (*
 
 // checkRead refuses filtering or sorting by a field the caller may not read:
 // the order and the cursor would disclose it.
-func (t *entityTable) checkRead(u feature.User, field string) *Error {
+func (t *Entity) checkRead(u feature.User, field string) *kumikotype.Error {
 	if spec, ok := t.specs[field]; ok && !spec.CanRead(u.Authenticated, u.HasRole) {
-		return newError(CodeAccessDenied, "field_access", "you may not read the field "+field, nil).With("field", field)
+		return newError(kumikotype.CodeAccessDenied, kumikotype.ReasonFieldAccess, "you may not read the field "+field, nil).With("field", field)
 	}
 	return nil
 }
@@ -204,20 +205,20 @@ func (p *listPlan) checkCursor(cur *listCursor) error {
 	return nil
 }
 
-// list reads a page of the caller's tenant's rows with keyset pagination:
+// List reads a page of the caller's tenant's rows with keyset pagination:
 // ordered by the sort keys, nulls last, then id; a page continues strictly
 // after the cursor's row, so concurrent inserts never repeat or skip rows
 // already passed.
-func (d *Executor) list(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput) (any, error) {
-	p, err := d.planList(c, t, in)
+func (s *Side) List(ctx context.Context, u feature.User, t *Entity, in registry.ListInput) (any, error) {
+	p, err := s.planList(u, t, in)
 	if err != nil {
 		return nil, err
 	}
 	var rows []map[string]any
 	if in.AsOf.IsZero() {
-		rows, err = d.listRows(ctx, c, t, in, p)
+		rows, err = s.listRows(ctx, u, t, in, p)
 	} else {
-		rows, err = d.listAsOf(ctx, c, t, in, p)
+		rows, err = s.listAsOf(ctx, u, t, in, p)
 	}
 	if err != nil {
 		return nil, err
@@ -228,14 +229,14 @@ func (d *Executor) list(ctx context.Context, c *Caller, t *entityTable, in regis
 		res.NextCursor = p.cursorOf(rows[len(rows)-1])
 	}
 	for _, r := range rows {
-		res.Rows = append(res.Rows, t.visible(r, c.User))
+		res.Rows = append(res.Rows, t.Visible(r, u))
 	}
 	return res, nil
 }
 
 // listRows reads limit+1 rows from the read table.
-func (d *Executor) listRows(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
-	args := []any{[16]byte(d.tenantOf(t, c))}
+func (s *Side) listRows(ctx context.Context, u feature.User, t *Entity, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
+	args := []any{[16]byte(t.Tenant(u))}
 	arg := func(v any, typ string) string {
 		args = append(args, toText(v, typ))
 		return fmt.Sprintf("$%d::text::%s", len(args), typ)
@@ -295,7 +296,7 @@ func (d *Executor) listRows(ctx context.Context, c *Caller, t *entityTable, in r
 	}
 	sql := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %d",
 		t.selectList, t.table, strings.Join(where, " AND "), strings.Join(order, ", "), in.Limit+1)
-	rows, err := d.pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +344,7 @@ type asOfStream struct {
 
 // foldReady folds the pending events that continue the folded versions,
 // in version order; all of them, in version order, when rest is set.
-func (s *asOfStream) foldReady(t *entityTable, rest bool) error {
+func (s *asOfStream) foldReady(t *Entity, rest bool) error {
 	if len(s.pending) == 0 {
 		return nil
 	}
@@ -359,7 +360,7 @@ func (s *asOfStream) foldReady(t *entityTable, rest bool) error {
 	if n == 0 {
 		return nil
 	}
-	state, err := t.fold(s.state, s.pending[:n])
+	state, err := t.Fold(s.state, s.pending[:n])
 	if err != nil {
 		return err
 	}
@@ -390,18 +391,18 @@ func (s *asOfStream) foldReady(t *entityTable, rest bool) error {
 // not continue the versions already folded wait for the rest, and what is
 // still waiting at the end folds in version order, as if the whole history
 // had been read first.
-func (d *Executor) listAsOf(ctx context.Context, c *Caller, t *entityTable, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
-	if d.asOfSlots != nil {
+func (s *Side) listAsOf(ctx context.Context, u feature.User, t *Entity, in registry.ListInput, p *listPlan) ([]map[string]any, error) {
+	if s.asOfSlots != nil {
 		select {
-		case d.asOfSlots <- struct{}{}:
-			defer func() { <-d.asOfSlots }()
+		case s.asOfSlots <- struct{}{}:
+			defer func() { <-s.asOfSlots }()
 		default:
-			return nil, newError(CodeUnavailable, "as_of_busy", "too many lists with asOf are running; retry later", nil)
+			return nil, newError(kumikotype.CodeUnavailable, kumikotype.ReasonAsOfBusy, "too many lists with asOf are running; retry later", nil)
 		}
 	}
-	if d.asOfTimeout > 0 {
+	if s.asOfTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, d.asOfTimeout, errAsOfTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, s.asOfTimeout, errAsOfTimeout)
 		defer cancel()
 	}
 	streams := map[uuid.UUID]*asOfStream{}
@@ -417,12 +418,12 @@ func (d *Executor) listAsOf(ctx context.Context, c *Caller, t *entityTable, in r
 		touched = touched[:0]
 		return nil
 	}
-	filter := eventstore.ReadFilter{TenantID: d.tenantOf(t, c), AggregateTypes: []string{t.e.Name()}, PageSize: d.asOfChunk}
+	filter := eventstore.ReadFilter{TenantID: t.Tenant(u), AggregateTypes: []string{t.e.Name()}, PageSize: s.asOfChunk}
 	read, chunkStart := 0, time.Now()
-	for ev, err := range d.store.ReadAll(ctx, 0, filter) {
+	for ev, err := range s.store.ReadAll(ctx, 0, filter) {
 		if err != nil {
 			if errors.Is(context.Cause(ctx), errAsOfTimeout) {
-				return nil, newError(CodeUnavailable, "as_of_timeout",
+				return nil, newError(kumikotype.CodeUnavailable, kumikotype.ReasonAsOfTimeout,
 					"the list with asOf took longer than allowed; narrow it or retry later", err)
 			}
 			return nil, err
@@ -440,7 +441,7 @@ func (d *Executor) listAsOf(ctx context.Context, c *Caller, t *entityTable, in r
 			}
 			s.pending = append(s.pending, ev)
 		}
-		if read++; read%d.asOfChunk == 0 {
+		if read++; read%s.asOfChunk == 0 {
 			// The chunk's last event, read by a statement that is done:
 			// fold the chunk, then yield before the next statement.
 			if err := foldChunk(); err != nil {
