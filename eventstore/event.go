@@ -14,14 +14,9 @@ var SystemTenant = uuid.MustParse("00000000-0000-4000-8000-000000000000")
 // still refuses a concurrent writer that got there first.
 const AnyVersion = -1
 
-// Stream addresses one aggregate's event stream within a tenant.
-type Stream struct {
-	TenantID      uuid.UUID
-	AggregateType string
-	// AggregateID of the stream. When zero on an append with expected version
-	// 0, a UUIDv7 is minted and returned in the result.
-	AggregateID uuid.UUID
-}
+// Stream addresses one aggregate's event stream within a tenant. It is
+// kumikotype's record.
+type Stream = kumikotype.Stream
 
 // Metadata travels with every event. Empty fields are omitted when stored, so a
 // round trip returns exactly what was written. It is kumikotype's record,

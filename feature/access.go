@@ -4,20 +4,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/uuid"
+	"github.com/kumiko-go/kumiko/kumikotype"
 )
 
 // User is the caller a request runs as, from the verified token. The zero
-// User is an anonymous caller.
-type User struct {
-	ID            string
-	TenantID      uuid.UUID
-	Roles         []string
-	Authenticated bool
-}
-
-// HasRole reports whether u holds role (case-sensitive).
-func (u User) HasRole(role string) bool { return slices.Contains(u.Roles, role) }
+// User is an anonymous caller. It is kumikotype's record.
+type User = kumikotype.User
 
 // ruleKind is what an access [Rule] checks. ruleNone is the zero Rule: no
 // rule was given, which denies.

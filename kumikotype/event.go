@@ -2,10 +2,33 @@ package kumikotype
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 )
+
+// Stream addresses one aggregate's event stream within a tenant
+// (eventstore.Stream is this type).
+type Stream struct {
+	TenantID      uuid.UUID
+	AggregateType string
+	// AggregateID of the stream. When zero on an append with expected version
+	// 0, a UUIDv7 is minted and returned in the result.
+	AggregateID uuid.UUID
+}
+
+// User is the caller a request runs as, from the verified token
+// (feature.User is this type). The zero User is an anonymous caller.
+type User struct {
+	ID            string
+	TenantID      uuid.UUID
+	Roles         []string
+	Authenticated bool
+}
+
+// HasRole reports whether u holds role (case-sensitive).
+func (u User) HasRole(role string) bool { return slices.Contains(u.Roles, role) }
 
 // Event is a stored event as read back, one record for the event store,
 // the dispatcher and feature code alike (eventstore.Event and

@@ -1,11 +1,11 @@
 // Package kumikotype holds what every layer of kumiko shares and none owns:
 // the stored event and its metadata (eventstore.Event and feature.Event are
-// Event), the error codes of the contract (SPEC §5) with the HTTP status
-// and title of each, its reasons and field problem codes, and the
-// application/problem+json body every error
-// answer has. It imports nothing of kumiko, so the event store, feature
-// code, the pipeline, the HTTP adapter and the ops console share one record
-// and one vocabulary.
+// Event), the stream and user records (eventstore.Stream, feature.User), the
+// error codes of the contract (SPEC §5) with the HTTP status and title of
+// each, its reasons and field problem codes, the one error type, and the
+// application/problem+json body every error answer has. It imports nothing
+// of kumiko, so the event store, feature code, the pipeline, the HTTP
+// adapter and the ops console share one record and one vocabulary.
 //
 // A new error code is added here, and only here: a Code constant, its
 // status in Code.Status and its title in Code.Title. So is a new reason (a

@@ -57,7 +57,8 @@ func (d *Executor) crud(ctx context.Context, tx pgx.Tx, c *Caller, h registry.Ha
 	if err != nil {
 		return nil, err
 	}
-	ev, row, err := d.appendValid(ctx, tx, c, stream, expected, h.Verb.EventType(h.Entity), raw, "", nil, false)
+	fields, _ := payload.(map[string]any) // the codec's normalised values: what decoding raw gives
+	ev, row, err := d.appendValid(ctx, tx, c, stream, expected, h.Verb.EventType(h.Entity), raw, fields, "", nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func (cc *commandContext) appendSpec(db pgx.Tx, spec feature.AppendSpec) (events
 		return eventstore.Event{}, err
 	}
 	stream := eventstore.Stream{TenantID: cc.tenantFor(aggType), AggregateType: aggType, AggregateID: spec.AggregateID}
-	ev, _, err := d.appendValid(cc.ctx, db, cc.c, stream, spec.ExpectedVersion, spec.Type, raw, cc.causation, spec.Headers,
+	ev, _, err := d.appendValid(cc.ctx, db, cc.c, stream, spec.ExpectedVersion, spec.Type, raw, nil, cc.causation, spec.Headers,
 		spec.ExpectedVersion > 0 && cc.read[spec.AggregateID])
 	return ev, err
 }
@@ -139,7 +140,9 @@ func (cc *commandContext) checkAuthoring(et registry.EventType, raw json.RawMess
 }
 
 // appendValid appends one validated event and projects it; it returns the
-// stored event and, for entity streams, the entity's row afterwards.
+// stored event and, for entity streams, the entity's row afterwards. fields,
+// when not nil, is payload as decoded already (a CRUD write's normalised
+// fields), so the row is built without decoding it again.
 //
 // An append to an existing stream is refused with an
 // *eventstore.UnknownEventVersionError when the stream holds an event of a
@@ -148,7 +151,7 @@ func (cc *commandContext) checkAuthoring(et registry.EventType, raw json.RawMess
 // check travels with the append, no round trip of its own; read reports a
 // stream loaded whole in this transaction, whose events the load upcast
 // already, so it is not checked again.
-func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, causation string, headers map[string]string, read bool) (eventstore.Event, map[string]any, error) {
+func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream eventstore.Stream, expected int, typ string, payload json.RawMessage, fields map[string]any, causation string, headers map[string]string, read bool) (eventstore.Event, map[string]any, error) {
 	et, _ := d.reg.Event(typ)
 	if expected != 0 && !read && stream.AggregateID != uuid.Nil {
 		if err := d.store.RefuseUnknownVersionsTx(ctx, tx, stream.TenantID, stream.AggregateID, d.known); err != nil {
@@ -156,7 +159,7 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 		}
 	}
 	if t := d.proj.Entity(et.Entity); t != nil && t.ChecksReferences() && (et.Verb == registry.VerbCreate || et.Verb == registry.VerbUpdate) {
-		if err := d.proj.CheckReferences(ctx, tx, c.User, t, payload); err != nil {
+		if err := d.proj.CheckReferences(ctx, tx, c.User, t, payload, fields); err != nil {
 			return eventstore.Event{}, nil, err
 		}
 	}
@@ -192,7 +195,7 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 	span.End()
 	c.appended = append(c.appended, ev)
 	pctx, pspan := d.tracer.Start(ctx, "project")
-	row, err := d.project(pctx, tx, ev)
+	row, err := d.project(pctx, tx, ev, fields)
 	endSpan(pspan, err)
 	return ev, row, err
 }
@@ -200,11 +203,12 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 // project applies a freshly appended event inside its transaction: to the
 // entity's read row (and an automatic snapshot every SnapshotEvery events),
 // then to every inline projection fed by the stream's aggregate type.
-func (d *Executor) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event) (map[string]any, error) {
+// fields is the event's payload decoded, or nil.
+func (d *Executor) project(ctx context.Context, tx pgx.Tx, ev eventstore.Event, fields map[string]any) (map[string]any, error) {
 	var row map[string]any
 	if t := d.proj.Entity(ev.AggregateType); t != nil {
 		var err error
-		if row, err = t.Apply(ctx, tx, ev); err != nil {
+		if row, err = t.ApplyDecoded(ctx, tx, ev, fields); err != nil {
 			return nil, t.UniqueViolation(err)
 		}
 		if every := t.Definition().SnapshotEvery(); every > 0 && ev.Version%every == 0 {

@@ -116,18 +116,18 @@ func newEntity(schema string, e *registry.Entity) *Entity {
 const ReasonReferenceNotFound = string(kumikotype.ReasonReferenceNotFound)
 
 // CheckReferences checks the MustExist references an entity's created or
-// updated event sets (payload holds the fields it sets) in db: each non-null
-// value must name a live row of its entity in that entity's tenant for c.
-// The row stays locked FOR SHARE until db ends, so it cannot be deleted
-// before the write commits.
-func (s *Side) CheckReferences(ctx context.Context, db pgx.Tx, u feature.User, t *Entity, payload json.RawMessage) error {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &fields); err != nil {
-		return fmt.Errorf("decode entity payload: %w", err)
+// updated event sets (payload holds the fields it sets; fields, when not
+// nil, is payload decoded) in db: each non-null value must name a live row
+// of its entity in that entity's tenant for u. The row stays locked FOR
+// SHARE until db ends, so it cannot be deleted before the write commits.
+func (s *Side) CheckReferences(ctx context.Context, db pgx.Tx, u feature.User, t *Entity, payload json.RawMessage, fields map[string]any) error {
+	fields, err := decoded(payload, fields)
+	if err != nil {
+		return err
 	}
 	for _, f := range t.mustExist {
-		raw, ok := fields[f]
-		if !ok || string(raw) == "null" {
+		v := fields[f]
+		if v == nil {
 			continue
 		}
 		ref := s.entities[t.specs[f].Ref]
@@ -135,11 +135,11 @@ func (s *Side) CheckReferences(ctx context.Context, db pgx.Tx, u feature.User, t
 			return newError(kumikotype.CodeUnprocessable, kumikotype.ReasonReferenceNotFound,
 				fmt.Sprintf("%s does not name an existing %s", f, ref.e.Name()), nil).With("field", f)
 		}
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
+		str, ok := v.(string)
+		if !ok {
 			return notFound()
 		}
-		id, err := uuid.Parse(s)
+		id, err := uuid.Parse(str)
 		if err != nil {
 			return notFound()
 		}
@@ -162,6 +162,13 @@ func (s *Side) CheckReferences(ctx context.Context, db pgx.Tx, u feature.User, t
 // stream only moves the row's version, so clients always see the stream
 // version they must present on the next update.
 func (t *Entity) Apply(ctx context.Context, db feature.DB, ev eventstore.Event) (map[string]any, error) {
+	return t.ApplyDecoded(ctx, db, ev, nil)
+}
+
+// ApplyDecoded is Apply with ev's payload already decoded into fields, as
+// the write path has it (the codec's normalised values are what decoding
+// the stored payload gives); nil fields decodes the payload.
+func (t *Entity) ApplyDecoded(ctx context.Context, db feature.DB, ev eventstore.Event, fields map[string]any) (map[string]any, error) {
 	name := t.e.Name()
 	var (
 		sql  string
@@ -169,7 +176,7 @@ func (t *Entity) Apply(ctx context.Context, db feature.DB, ev eventstore.Event) 
 	)
 	switch ev.Type {
 	case registry.VerbCreate.EventType(name):
-		fields, err := decodeFields(ev.Payload)
+		fields, err := decoded(ev.Payload, fields)
 		if err != nil {
 			return nil, err
 		}
@@ -186,7 +193,7 @@ func (t *Entity) Apply(ctx context.Context, db feature.DB, ev eventstore.Event) 
 		// The new row is exactly the fold of its first event.
 		return t.created(ev, fields), nil
 	case registry.VerbUpdate.EventType(name):
-		changes, err := decodeFields(ev.Payload)
+		changes, err := decoded(ev.Payload, fields)
 		if err != nil {
 			return nil, err
 		}
@@ -320,6 +327,14 @@ func toText(v any, colType string) any {
 		return nil
 	}
 	return string(b)
+}
+
+// decoded is fields, or payload decoded when fields is nil.
+func decoded(payload json.RawMessage, fields map[string]any) (map[string]any, error) {
+	if fields != nil {
+		return fields, nil
+	}
+	return decodeFields(payload)
 }
 
 func decodeFields(payload json.RawMessage) (map[string]any, error) {
