@@ -159,10 +159,18 @@ func (a *App) wire() error {
 	}
 	if p.Executor, err = pipeline.New(p.Registry, p.Store, pipeline.Config{
 		Logger: cfg.Logger, Metrics: p.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
-		Jobs:           jobs.Config{Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider, RescueAfter: cfg.JobRescueAfter},
 		TracerProvider: cfg.TracerProvider,
 	}); err != nil {
 		return err
+	}
+	if defs := p.Executor.JobDefinitions(); len(defs) > 0 {
+		r, err := jobs.New(p.Store, jobs.Config{
+			Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider, RescueAfter: cfg.JobRescueAfter,
+		}, defs...)
+		if err != nil {
+			return err
+		}
+		p.Executor.UseJobs(r)
 	}
 	consumers := p.Executor.Consumers()
 	if cfg.RabbitMQURL != "" {

@@ -9,6 +9,7 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -37,6 +38,13 @@ func NewApp(t testing.TB, features []*feature.Feature, opts ...Option) *App {
 	d, err := pipeline.New(reg, db.Store, pipeline.Config{})
 	if err != nil {
 		t.Fatalf("kumikotest: %v", err)
+	}
+	if defs := d.JobDefinitions(); len(defs) > 0 {
+		r, err := jobs.New(db.Store, jobs.Config{}, defs...)
+		if err != nil {
+			t.Fatalf("kumikotest: %v", err)
+		}
+		d.UseJobs(r)
 	}
 	if err := d.EnsureSchema(context.Background()); err != nil {
 		t.Fatalf("kumikotest: %v", err)

@@ -60,8 +60,6 @@ type Config struct {
 	// cancelled in the database and it fails with unavailable (reason
 	// as_of_timeout). Default 5s; negative: no bound.
 	AsOfTimeout time.Duration
-	// Jobs configures the runner of the registry's jobs (see Executor.Jobs).
-	Jobs jobs.Config
 }
 
 // Defaults of Config. DefaultAsOfConcurrency is the most the derived
@@ -134,9 +132,6 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 		newest[et.Name] = et.Version
 	}
 	d.known = eventstore.NewKnownVersions(newest)
-	if d.jobs, err = d.newJobs(cfg.Jobs); err != nil {
-		return nil, err
-	}
 	return d, nil
 }
 

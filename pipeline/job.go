@@ -13,18 +13,27 @@ import (
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// ErrNoJobs is returned by Enqueue in an application that declares no jobs.
+// ErrNoJobs is returned by Enqueue in an application that declares no
+// jobs, or whose executor was given no runner (see UseJobs).
 var ErrNoJobs = errors.New("pipeline: the application declares no jobs")
 
-// Jobs is the runner of the registry's jobs; nil when the application
-// declares none. Start it after the executor's schema exists.
+// Jobs is the runner the executor enqueues on (see UseJobs); nil until
+// one is given, and in an application that declares no jobs.
 func (d *Executor) Jobs() *jobs.Runner { return d.jobs }
 
-// newJobs builds the runner of the registry's jobs: each runs its handler in
-// a transaction of its own, in the tenant and as the user of its cause, and
-// the job's completion commits in that transaction (jobs.Run.CompleteTx):
-// its database writes happen exactly once.
-func (d *Executor) newJobs(cfg jobs.Config) (*jobs.Runner, error) {
+// UseJobs makes r the runner of the registry's jobs: the one
+// CommandContext.Enqueue inserts into and whose event trigger Consumers
+// includes. Build r with jobs.New on the executor's store and
+// JobDefinitions; call UseJobs once, before the executor serves and before
+// Consumers. The kumiko facade and kumikotest.NewApp do both.
+func (d *Executor) UseJobs(r *jobs.Runner) { d.jobs = r }
+
+// JobDefinitions is the registry's jobs as jobs.New takes them; nil when
+// the application declares none. Each runs its handler in a transaction of
+// its own, in the tenant and as the user of its cause, and the job's
+// completion commits in that transaction (jobs.Run.CompleteTx): its
+// database writes happen exactly once.
+func (d *Executor) JobDefinitions() []jobs.Job {
 	var defs []jobs.Job
 	for _, j := range d.reg.Jobs() {
 		defs = append(defs, jobs.Job{
@@ -33,13 +42,7 @@ func (d *Executor) newJobs(cfg jobs.Config) (*jobs.Runner, error) {
 			Work:      func(ctx context.Context, run jobs.Run) error { return d.runJob(ctx, j, run) },
 		})
 	}
-	if len(defs) == 0 {
-		return nil, nil
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = d.log
-	}
-	return jobs.New(d.store, cfg, defs...)
+	return defs
 }
 
 func (d *Executor) runJob(ctx context.Context, j *registry.Job, run jobs.Run) error {

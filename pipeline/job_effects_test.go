@@ -182,8 +182,11 @@ func TestRescuedJobsEffectsCommitOnce(t *testing.T) {
 	reg, err := registry.Build(f)
 	require.NoError(t, err)
 	db := kumikotest.NewDB(t, kumikotest.StoreConfig(eventstore.Config{Upcaster: reg}))
-	d, err := pipeline.New(reg, db.Store, pipeline.Config{Jobs: jobs.Config{Metrics: metrics}})
+	d, err := pipeline.New(reg, db.Store, pipeline.Config{})
 	require.NoError(t, err)
+	runner, err := jobs.New(db.Store, jobs.Config{Metrics: metrics}, d.JobDefinitions()...)
+	require.NoError(t, err)
+	d.UseJobs(runner)
 	require.NoError(t, d.EnsureSchema(t.Context()))
 	app := &kumikotest.App{DB: db, Registry: reg, Executor: d}
 	app.Exec(t, "CREATE TABLE job_effect (n int, attempt int)")

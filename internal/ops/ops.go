@@ -28,6 +28,7 @@ import (
 	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/internal/migrations"
 	"github.com/kumiko-go/kumiko/internal/pguuid"
+	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -168,6 +169,14 @@ func (o *ops) open(ctx context.Context) (*conn, error) {
 		if c.disp, err = pipeline.New(reg, store, pipeline.Config{Logger: cfg.Logger}); err != nil {
 			c.close()
 			return nil, err
+		}
+		if defs := c.disp.JobDefinitions(); len(defs) > 0 {
+			r, err := jobs.New(store, jobs.Config{Logger: cfg.Logger}, defs...)
+			if err != nil {
+				c.close()
+				return nil, err
+			}
+			c.disp.UseJobs(r)
 		}
 	}
 	return c, nil
