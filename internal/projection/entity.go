@@ -67,7 +67,7 @@ func (t *Entity) UniqueViolation(err error) error {
 		col := pgx.Identifier{ix.Columns[1]}.Sanitize()
 		for _, f := range t.fields {
 			if t.cols[f] == col {
-				return newError(kumikotype.CodeUniqueViolation, "", f+" is already taken", err).With("field", f)
+				return kumikotype.NewError(kumikotype.CodeUniqueViolation, "", f+" is already taken", err).With("field", f)
 			}
 		}
 	}
@@ -132,7 +132,7 @@ func (s *Side) CheckReferences(ctx context.Context, db pgx.Tx, u feature.User, t
 		}
 		ref := s.entities[t.specs[f].Ref]
 		notFound := func() error {
-			return newError(kumikotype.CodeUnprocessable, kumikotype.ReasonReferenceNotFound,
+			return kumikotype.NewError(kumikotype.CodeUnprocessable, kumikotype.ReasonReferenceNotFound,
 				fmt.Sprintf("%s does not name an existing %s", f, ref.e.Name()), nil).With("field", f)
 		}
 		str, ok := v.(string)
@@ -488,7 +488,7 @@ func (t *Entity) LockRow(ctx context.Context, tx pgx.Tx, id, tenant uuid.UUID, d
 	err := tx.QueryRow(ctx, fmt.Sprintf("SELECT version FROM %s WHERE id = $1 AND tenant_id = $2%s FOR UPDATE", t.table, cond),
 		[16]byte(id), [16]byte(tenant)).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, newError(kumikotype.CodeNotFound, kumikotype.ReasonAggregateNotFound, fmt.Sprintf("no %s %s", t.e.Name(), id), nil)
+		return 0, kumikotype.NewError(kumikotype.CodeNotFound, kumikotype.ReasonAggregateNotFound, fmt.Sprintf("no %s %s", t.e.Name(), id), nil)
 	}
 	return v, err
 }
@@ -503,7 +503,7 @@ func (t *Entity) CheckWrite(u feature.User, fields []string, command string) *ku
 		if !ok || spec.CanWrite(u.Authenticated, u.HasRole) || (command != "" && slices.Contains(spec.WrittenBy, command)) {
 			continue
 		}
-		return newError(kumikotype.CodeAccessDenied, kumikotype.ReasonFieldAccess, "you may not write the field "+f, nil).With("field", f)
+		return kumikotype.NewError(kumikotype.CodeAccessDenied, kumikotype.ReasonFieldAccess, "you may not write the field "+f, nil).With("field", f)
 	}
 	return nil
 }

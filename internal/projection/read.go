@@ -121,7 +121,7 @@ func (s *Side) planList(u feature.User, t *Entity, in registry.ListInput) (*list
 			err = p.checkCursor(&cur)
 		}
 		if err != nil {
-			return nil, newError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this list", err)
+			return nil, kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this list", err)
 		}
 		p.cursor = cur.Values
 	}
@@ -132,7 +132,7 @@ func (s *Side) planList(u feature.User, t *Entity, in registry.ListInput) (*list
 // the order and the cursor would disclose it.
 func (t *Entity) checkRead(u feature.User, field string) *kumikotype.Error {
 	if spec, ok := t.specs[field]; ok && !spec.CanRead(u.Authenticated, u.HasRole) {
-		return newError(kumikotype.CodeAccessDenied, kumikotype.ReasonFieldAccess, "you may not read the field "+field, nil).With("field", field)
+		return kumikotype.NewError(kumikotype.CodeAccessDenied, kumikotype.ReasonFieldAccess, "you may not read the field "+field, nil).With("field", field)
 	}
 	return nil
 }
@@ -397,7 +397,7 @@ func (s *Side) listAsOf(ctx context.Context, u feature.User, t *Entity, in regis
 		case s.asOfSlots <- struct{}{}:
 			defer func() { <-s.asOfSlots }()
 		default:
-			return nil, newError(kumikotype.CodeUnavailable, kumikotype.ReasonAsOfBusy, "too many lists with asOf are running; retry later", nil)
+			return nil, kumikotype.NewError(kumikotype.CodeUnavailable, kumikotype.ReasonAsOfBusy, "too many lists with asOf are running; retry later", nil)
 		}
 	}
 	if s.asOfTimeout > 0 {
@@ -423,7 +423,7 @@ func (s *Side) listAsOf(ctx context.Context, u feature.User, t *Entity, in regis
 	for ev, err := range s.store.ReadAll(ctx, 0, filter) {
 		if err != nil {
 			if errors.Is(context.Cause(ctx), errAsOfTimeout) {
-				return nil, newError(kumikotype.CodeUnavailable, kumikotype.ReasonAsOfTimeout,
+				return nil, kumikotype.NewError(kumikotype.CodeUnavailable, kumikotype.ReasonAsOfTimeout,
 					"the list with asOf took longer than allowed; narrow it or retry later", err)
 			}
 			return nil, err

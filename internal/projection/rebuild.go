@@ -669,7 +669,7 @@ func (s *Side) checkBuilt(ctx context.Context, tx pgx.Tx, name string, msp bool)
 		}
 	}
 	if until != nil {
-		return newError(kumikotype.CodeProjectionRebuilding, "",
+		return kumikotype.NewError(kumikotype.CodeProjectionRebuilding, "",
 			fmt.Sprintf("projection %s is being built from the stored events; retry later", name), nil)
 	}
 	s.built.Store(name, true)

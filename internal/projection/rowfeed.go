@@ -72,7 +72,7 @@ func (s *Side) RowFeed(name string) (*RowFeed, error) {
 }
 
 func noFeed(name string) *kumikotype.Error {
-	return newError(kumikotype.CodeNotFound, kumikotype.ReasonProjectionNotFound, "there is no projection "+name+" whose rows a channel can follow", nil).
+	return kumikotype.NewError(kumikotype.CodeNotFound, kumikotype.ReasonProjectionNotFound, "there is no projection "+name+" whose rows a channel can follow", nil).
 		With("projection", name)
 }
 

@@ -25,7 +25,6 @@ import (
 
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
-	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
@@ -132,11 +131,6 @@ func (s *Side) Entity(name string) *Entity { return s.entities[name] }
 // yields, so a test can split a small history into many chunks.
 func (s *Side) SetAsOfChunk(n int) { s.asOfChunk = n }
 
-// newError is a contract error.
-func newError(code kumikotype.Code, reason kumikotype.Reason, detail string, cause error) *kumikotype.Error {
-	return kumikotype.NewError(code, reason, detail, cause)
-}
-
 // projectionScrapeTimeout bounds the statements one scrape of the
 // projection lag runs.
 const projectionScrapeTimeout = 2 * time.Second
@@ -163,7 +157,7 @@ func (p *projectionLag) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	statuses, err := p.s.ProjectionStatuses(ctx)
 	if err != nil {
-		p.s.log.Warn("pipeline: projection lag for /metrics", slog.Any("error", err))
+		p.s.log.Warn("projection: lag for /metrics", slog.Any("error", err))
 		return
 	}
 	for _, st := range statuses {
