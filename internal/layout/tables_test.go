@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -25,8 +26,8 @@ var owners = map[string]string{
 	"kumiko_consumer_migrations": "consumer",
 	"kumiko_instances":           "consumer",
 	"kumiko_consumer_stuck":      "consumer",
-	// The read side's state: its SQL is internal/projection's, the
-	// pipeline's migrations create the tables.
+	// The read side's state: internal/projection's migrations create it
+	// (pipeline.Migrate applies them with its own) and its SQL uses it.
 	"kumiko_projections":            "internal/projection",
 	"kumiko_projection_quarantine":  "internal/projection",
 	"kumiko_idempotency_keys":       "pipeline",
@@ -109,6 +110,55 @@ func TestTablesAreNamedOnlyByTheirOwners(t *testing.T) {
 	for _, key := range slices.Sorted(maps.Keys(tolerated)) {
 		if !found[key] {
 			t.Errorf("%q no longer names the table: remove it from tolerated", key)
+		}
+	}
+}
+
+// Each table is created by a migration of its owner, in the owner's
+// migrations directory, so that its DDL and its SQL live side by side.
+func TestTablesAreCreatedByTheirOwners(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	createRE := regexp.MustCompile(`(?i)CREATE\s+(?:UNLOGGED\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(?:\{\{schema\}\}\.)?"?(kumiko_[a-z_]+)`)
+	created := map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() || !strings.HasSuffix(path, ".sql") || filepath.Base(filepath.Dir(path)) != "migrations" {
+			return nil
+		}
+		body, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		pkgDir := filepath.ToSlash(filepath.Dir(filepath.Dir(rel)))
+		for _, m := range createRE.FindAllStringSubmatch(string(body), -1) {
+			table := m[1]
+			owner, known := owners[table]
+			switch {
+			case !known:
+				t.Errorf("%s creates %s, which has no owner in this test's owners", rel, table)
+			case owner != pkgDir:
+				t.Errorf("%s creates %s, a table of %s: move the migration there", rel, table, owner)
+			}
+			created[table] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range slices.Sorted(maps.Keys(owners)) {
+		if !created[table] && !strings.HasSuffix(table, "_migrations") {
+			t.Errorf("no migration creates %s", table)
 		}
 	}
 }
