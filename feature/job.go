@@ -57,11 +57,13 @@ func OnEvent(types ...string) JobOption {
 }
 
 // Cron enqueues the job on a cron schedule (five fields, or @daily,
-// @every 1h…), once across all processes, in the system tenant.
+// @every 1h…), once across all processes, in the system tenant. An
+// expression that does not parse is a boot error; "" is no schedule.
 func Cron(expr string) JobOption { return JobOption{apply: func(j *spec.Job) { j.Schedule = expr }} }
 
 // JobAttempts is how often a failing job runs before it is discarded
-// (default 10); retries back off exponentially with jitter.
+// (default 10; 0 keeps the default, a negative n is a boot error); retries
+// back off exponentially with jitter.
 func JobAttempts(n int) JobOption { return JobOption{apply: func(j *spec.Job) { j.MaxAttempts = n }} }
 
 // UniqueFor makes enqueueing the job a no-op while a job of the same name
@@ -70,7 +72,8 @@ func JobAttempts(n int) JobOption { return JobOption{apply: func(j *spec.Job) { 
 // discarded. Args compare as JSON values (key order aside). The tenant
 // always counts, so tenants never dedupe each other; the user and the
 // causing request or event do not, so two saves asking for one job get
-// one. Put anything else that tells two jobs apart into the args.
+// one. Put anything else that tells two jobs apart into the args. d = 0
+// is not unique; a negative d is a boot error.
 func UniqueFor(d time.Duration) JobOption {
 	return JobOption{apply: func(j *spec.Job) { j.UniqueFor = d }}
 }
@@ -79,9 +82,10 @@ func UniqueFor(d time.Duration) JobOption {
 // handler's context is cancelled, its transaction rolls back and the
 // attempt fails, to be retried like any failure. Go cannot stop a handler
 // that ignores its context (a call without a deadline): pass
-// ctx.Context() to everything that waits. d must be positive. The app's
-// job rescue time (kumiko.Config.JobRescueAfter) must be at least the
-// longest job timeout.
+// ctx.Context() to everything that waits. d must be positive (leave the
+// option out for the default). The app's job rescue time
+// (kumiko.Config.JobRescueAfter) must be at least the longest job
+// timeout.
 func JobTimeout(d time.Duration) JobOption {
 	if d <= 0 {
 		return JobOption{problem: fmt.Sprintf("JobTimeout must be positive, got %s", d)}
@@ -98,7 +102,9 @@ func Exclusive() JobOption { return JobOption{apply: func(j *spec.Job) { j.Exclu
 // (for OnEvent jobs, the event's payload type); handler must be a
 // func(feature.JobContext, T) error (checked at boot). A job is enqueued by
 // its options (OnEvent, Cron), by CommandContext.Enqueue, or by hand
-// (`job run <name>`). The name is lowercase, dotted or dashed.
+// (`job run <name>`). The name is lowercase letters, digits, '.', '_' or
+// '-', starting with a letter and ending with a letter or digit, like
+// task.remind.
 func (r *Registrar) Job(name string, args any, handler any, opts ...JobOption) {
 	def := spec.Job{Name: name, Args: reflect.TypeOf(args), Handler: handler}
 	for _, o := range opts {

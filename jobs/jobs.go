@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -43,14 +42,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/internal/jobspec"
 	"github.com/kumiko-go/kumiko/internal/lifecycle"
 	"github.com/kumiko-go/kumiko/lock"
 )
 
 // Job is one kind of background work.
 type Job struct {
-	// Name identifies the job (River's kind): lowercase, dotted or dashed,
-	// unique in the app.
+	// Name identifies the job (River's kind), unique in the app: lowercase
+	// letters, digits, '.', '_' or '-', starting with a letter and ending
+	// with a letter or digit, like task.remind.
 	Name string
 	// Work does the job. Its error fails the attempt; the job is retried
 	// until MaxAttempts. Wrap an error with river.JobCancel to stop retrying.
@@ -61,9 +62,11 @@ type Job struct {
 	// the job's Args.
 	On []string
 	// Schedule is a cron expression (five fields, or @daily, @every 1h…)
-	// on which the job is enqueued with no args in the system tenant.
+	// on which the job is enqueued with no args in the system tenant; ""
+	// = none. New refuses one that does not parse.
 	Schedule string
-	// MaxAttempts before the job is discarded; default Config.MaxAttempts.
+	// MaxAttempts before the job is discarded; 0 = Config.MaxAttempts
+	// (default 10). It must not be negative.
 	MaxAttempts int
 	// UniqueFor, when positive, makes enqueueing the job a no-op (Enqueued
 	// .Duplicate) while a job of the same name, tenant and args exists,
@@ -75,11 +78,12 @@ type Job struct {
 	// triggering event do not, so that two writes asking for one job get
 	// one. Put what else should tell jobs apart into the args.
 	UniqueFor time.Duration
-	// Timeout bounds one attempt; default DefaultTimeout. At the timeout
-	// the attempt's context is cancelled and the attempt fails like any
-	// other (it is retried until MaxAttempts). Go cannot stop a Work that
-	// ignores its context: such an attempt runs on, and its outcome counts
-	// when it returns, unless Config.RescueAfter passed first.
+	// Timeout bounds one attempt; 0 = DefaultTimeout (one minute). It must
+	// not be negative. At the timeout the attempt's context is cancelled
+	// and the attempt fails like any other (it is retried until
+	// MaxAttempts). Go cannot stop a Work that ignores its context: such an
+	// attempt runs on, and its outcome counts when it returns, unless
+	// Config.RescueAfter passed first.
 	Timeout time.Duration
 	// Exclusive runs at most one Work of the job at a time across all
 	// processes, under the lock "job:<Name>" of Config.Locker: a run that
@@ -93,8 +97,6 @@ const DefaultTimeout = time.Minute
 
 // timeout is the job's Timeout or its default.
 func (j Job) timeout() time.Duration { return cmp.Or(j.Timeout, DefaultTimeout) }
-
-var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_.-]*[a-z0-9]$`)
 
 // Cause is who and what a job runs for: the job acts as this user in this
 // tenant, and events it appends carry the correlation and causation ids.
@@ -249,7 +251,11 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
+// Validate reports the first setting that does not fit; New calls it on
+// c.WithDefaults() (the zero FetchCooldown does not fit before its
+// default is set). The RescueAfter it checks against the jobs' timeouts is
+// New's: Validate does not know the jobs.
+func (c Config) Validate() error {
 	switch {
 	case c.Workers < 0:
 		return fmt.Errorf("jobs: Config.Workers is negative (%d)", c.Workers)
@@ -300,7 +306,7 @@ var ErrUnknownJob = errors.New("jobs: unknown job")
 // must exist there (Migrate).
 func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	for _, j := range jobs {
@@ -359,21 +365,20 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 	return r, nil
 }
 
+// validate checks the job against the contract registry.Build checks a
+// declared job against (internal/jobspec), and that it has a Work.
 func (j Job) validate() error {
 	switch {
-	case !namePattern.MatchString(j.Name):
-		return fmt.Errorf("jobs: job name %q: want lowercase letters, digits, '.', '_' or '-'", j.Name)
+	case !jobspec.ValidName(j.Name):
+		return fmt.Errorf("jobs: job name %q: want %s", j.Name, jobspec.NameRule)
 	case j.Work == nil:
 		return fmt.Errorf("jobs: job %q has no Work", j.Name)
-	case j.MaxAttempts < 0:
-		return fmt.Errorf("jobs: job %q: MaxAttempts is negative", j.Name)
-	case j.Timeout < 0:
-		return fmt.Errorf("jobs: job %q: Timeout is negative", j.Name)
 	}
-	if j.Schedule != "" {
-		if _, err := cron.ParseStandard(j.Schedule); err != nil {
-			return fmt.Errorf("jobs: job %q: schedule %q: %w", j.Name, j.Schedule, err)
-		}
+	// A UniqueFor that is not positive means not unique here (see
+	// Job.UniqueFor): the runner accepts a negative one, the DSL does not.
+	settings := jobspec.Settings{MaxAttempts: j.MaxAttempts, UniqueFor: max(j.UniqueFor, 0), Timeout: j.Timeout, Schedule: j.Schedule}
+	if ps := settings.Check(); len(ps) > 0 {
+		return fmt.Errorf("jobs: job %q: %s", j.Name, ps[0])
 	}
 	return nil
 }

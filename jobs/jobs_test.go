@@ -92,14 +92,21 @@ func TestJobValidation(t *testing.T) {
 		want string
 	}{
 		{jobs.Job{Name: "Bad Name", Work: noop}, "lowercase"},
+		{jobs.Job{Name: "x", Work: noop}, `job name "x": want lowercase letters`},
 		{jobs.Job{Name: "no-work"}, "no Work"},
-		{jobs.Job{Name: "bad-cron", Work: noop, Schedule: "every day"}, "schedule"},
+		{jobs.Job{Name: "bad-cron", Work: noop, Schedule: "every day"}, `jobs: job "bad-cron": Schedule "every day": expected exactly 5 fields`},
+		{jobs.Job{Name: "bad-day", Work: noop, Schedule: "0 7 * * 8"}, `jobs: job "bad-day": Schedule "0 7 * * 8"`},
+		{jobs.Job{Name: "bad-attempts", Work: noop, MaxAttempts: -1}, `jobs: job "bad-attempts": MaxAttempts is negative (-1)`},
 		{jobs.Job{Name: "bad-timeout", Work: noop, Timeout: -time.Second}, `job "bad-timeout": Timeout is negative`},
 	} {
 		_, err := jobs.New(db.Store, jobs.Config{}, tc.job)
 		require.ErrorContains(t, err, tc.want)
 	}
-	_, err := jobs.New(db.Store, jobs.Config{}, jobs.Job{Name: "twice", Work: noop}, jobs.Job{Name: "twice", Work: noop})
+	// A UniqueFor that is not positive is not unique: the runner accepts a
+	// negative one (the DSL refuses it, registry.Build).
+	_, err := jobs.New(db.Store, jobs.Config{}, jobs.Job{Name: "not-unique", Work: noop, UniqueFor: -time.Second, Schedule: "@daily"})
+	require.NoError(t, err)
+	_, err = jobs.New(db.Store, jobs.Config{}, jobs.Job{Name: "twice", Work: noop}, jobs.Job{Name: "twice", Work: noop})
 	require.ErrorContains(t, err, "twice")
 	for _, cfg := range []jobs.Config{{FetchCooldown: time.Microsecond}, {FetchCooldown: 2 * time.Second}, {PollInterval: time.Second, FetchCooldown: time.Minute}} {
 		_, err := jobs.New(db.Store, cfg, jobs.Job{Name: "once", Work: noop})

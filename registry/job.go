@@ -4,21 +4,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"regexp"
 	"slices"
 	"time"
 
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/jobspec"
 	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // RuleJob is the rule of a job whose declaration does not fit.
 const RuleJob = "job"
 
-var (
-	jobNameRe      = regexp.MustCompile(`^[a-z][a-z0-9_.-]*[a-z0-9]$`)
-	jobContextType = reflect.TypeFor[feature.JobContext]()
-)
+var jobContextType = reflect.TypeFor[feature.JobContext]()
+
+// jobOption names a job setting by the feature option that sets it.
+var jobOption = map[jobspec.Setting]string{
+	jobspec.MaxAttempts: "JobAttempts",
+	jobspec.UniqueFor:   "UniqueFor",
+	jobspec.Timeout:     "JobTimeout",
+	jobspec.Schedule:    "Cron",
+}
 
 // Job is a compiled background job.
 type Job struct {
@@ -36,16 +41,19 @@ func (j *Job) Feature() string { return j.feature }
 // On are the event types that enqueue the job.
 func (j *Job) On() []string { return slices.Clone(j.def.On) }
 
-// Schedule is the job's cron expression; "" = none.
+// Schedule is the job's cron expression, checked by Build; "" = none.
 func (j *Job) Schedule() string { return j.def.Schedule }
 
-// MaxAttempts is the job's attempts before it is discarded; 0 = default.
+// MaxAttempts is the job's attempts before it is discarded; 0 = the
+// runner's default, jobs.Config.MaxAttempts (10 unless set; a kumiko app
+// does not set it).
 func (j *Job) MaxAttempts() int { return j.def.MaxAttempts }
 
 // UniqueFor is the job's uniqueness window; 0 = not unique.
 func (j *Job) UniqueFor() time.Duration { return j.def.UniqueFor }
 
-// Timeout bounds one attempt of the job; 0 = the default (one minute).
+// Timeout bounds one attempt of the job; 0 = the runner's default,
+// jobs.DefaultTimeout (one minute).
 func (j *Job) Timeout() time.Duration { return j.def.Timeout }
 
 // Exclusive reports whether at most one run of the job works at a time.
@@ -73,11 +81,12 @@ func (r *Registry) Job(name string) (*Job, bool) {
 // Jobs lists the jobs in declaration order.
 func (r *Registry) Jobs() []*Job { return slices.Clone(r.jobOrder) }
 
-// job compiles a job declaration.
+// job compiles a job declaration. Its name and settings are checked
+// against the contract the runner checks too (internal/jobspec).
 func (b *builder) job(feat string, def spec.Job) {
 	item := fmt.Sprintf("job %q", def.Name)
-	if !jobNameRe.MatchString(def.Name) {
-		b.fail(feat, item, RuleName, "job names are lowercase letters, digits, '.', '_' or '-', like task.remind")
+	if !jobspec.ValidName(def.Name) {
+		b.fail(feat, item, RuleName, "job names are %s, like task.remind", jobspec.NameRule)
 		return
 	}
 	if _, dup := b.reg.jobs[def.Name]; dup {
@@ -104,8 +113,9 @@ func (b *builder) job(feat string, def spec.Job) {
 			bad("OnEvent names %q, which no feature defines", ev)
 		}
 	}
-	if def.MaxAttempts < 0 || def.UniqueFor < 0 || def.Timeout < 0 {
-		bad("JobAttempts, UniqueFor and JobTimeout must not be negative")
+	settings := jobspec.Settings{MaxAttempts: def.MaxAttempts, UniqueFor: def.UniqueFor, Timeout: def.Timeout, Schedule: def.Schedule}
+	for _, p := range settings.Check() {
+		bad("%s %s", jobOption[p.Setting], p.Message)
 	}
 	if !ok {
 		return

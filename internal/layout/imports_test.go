@@ -32,6 +32,9 @@ var forbidden = map[string][]string{
 	// import nothing of kumiko.
 	"kumikotype":   {"feature", "registry", "eventstore", "consumer", "pipeline", "integration", "jobs", "lock", "idempotency", "console", "http", "kumiko", "cli", "internal/ops"},
 	"internal/sse": {"feature", "registry", "eventstore", "consumer", "pipeline", "integration", "jobs", "lock", "idempotency", "console", "http", "kumiko", "cli", "internal/ops", "kumikotype"},
+	// A job's settings contract is shared by the registry and the runner:
+	// it imports nothing of kumiko.
+	"internal/jobspec": {"feature", "registry", "eventstore", "consumer", "pipeline", "integration", "jobs", "lock", "idempotency", "console", "http", "kumiko", "cli", "internal/ops", "kumikotype"},
 	// Locks stand on their own.
 	"lock": {"feature", "registry", "eventstore", "consumer", "pipeline", "jobs", "http", "kumiko", "cli", "internal/ops"},
 }

@@ -129,7 +129,10 @@ type Job struct {
 	// On are the event types that enqueue the job.
 	On []string
 	// Schedule is a cron expression; "" = none.
-	Schedule    string
+	Schedule string
+	// MaxAttempts, UniqueFor and Timeout are 0 unless given, which means
+	// the defaults. The registry checks the name, Schedule and these
+	// against the contract the jobs runner checks too (internal/jobspec).
 	MaxAttempts int
 	UniqueFor   time.Duration
 	Timeout     time.Duration
