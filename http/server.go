@@ -258,7 +258,11 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
+// Validate reports the first setting that does not fit; New calls it on
+// c.WithDefaults(), and so should any caller that wants a config checked
+// before building the server (the kumiko facade does, before it connects
+// anything).
+func (c Config) Validate() error {
 	switch {
 	case len(c.JWTSecret) == 0 && c.JWKSURL == "" && c.OIDCIssuer == "":
 		return errors.New("http: Config.JWTSecret is required unless Config.JWKSURL or Config.OIDCIssuer is set")
@@ -314,7 +318,7 @@ type Server struct {
 // server on the same registerer shares them.
 func NewServer(cfg Config, d *pipeline.Executor, store *eventstore.Store) (*Server, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if d == nil || store == nil {

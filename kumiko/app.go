@@ -151,22 +151,25 @@ func newPool(ctx context.Context, cfg Config, conns *connTracker) (*pgxpool.Pool
 }
 
 // wire builds the parts on the pool; none of them touches the network.
+// Each part's config is mapped from Config by its own method (partconfig.go);
+// wire adds what comes from the parts it built before.
 func (a *App) wire() error {
 	p, cfg := &a.parts, a.parts.Config
 	var err error
-	if p.Store, err = eventstore.New(p.Pool, eventstore.Config{Schema: cfg.Schema, Upcaster: p.Registry, Logger: cfg.Logger}); err != nil {
+	sc := cfg.storeConfig()
+	sc.Upcaster = p.Registry
+	if p.Store, err = eventstore.New(p.Pool, sc); err != nil {
 		return err
 	}
-	if p.Executor, err = pipeline.New(p.Registry, p.Store, pipeline.Config{
-		Logger: cfg.Logger, Metrics: p.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
-		TracerProvider: cfg.TracerProvider,
-	}); err != nil {
+	pc := cfg.pipelineConfig()
+	pc.Metrics = p.Metrics
+	if p.Executor, err = pipeline.New(p.Registry, p.Store, pc); err != nil {
 		return err
 	}
 	if defs := p.Executor.JobDefinitions(); len(defs) > 0 {
-		r, err := jobs.New(p.Store, jobs.Config{
-			Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider, RescueAfter: cfg.JobRescueAfter,
-		}, defs...)
+		jc := cfg.jobsConfig()
+		jc.Metrics = p.Metrics
+		r, err := jobs.New(p.Store, jc, defs...)
 		if err != nil {
 			return err
 		}
@@ -174,17 +177,13 @@ func (a *App) wire() error {
 	}
 	consumers := p.Executor.Consumers()
 	if cfg.RabbitMQURL != "" {
-		if a.transport, err = integration.NewRabbit(integration.RabbitConfig{
-			URL: cfg.RabbitMQURL, Queue: cfg.Name, Logger: cfg.Logger,
-			RetryBackoff: cfg.IntegrationRetryBackoff, MaxRetryBackoff: cfg.IntegrationMaxRetryBackoff,
-		}); err != nil {
+		if a.transport, err = integration.NewRabbit(cfg.rabbitConfig()); err != nil {
 			return err
 		}
 	}
-	if p.Integration, err = integration.New(p.Executor, p.Store, integration.Config{
-		Transport: a.transport, Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider,
-		InboxRetention: cfg.InboxRetention, RetryBackoff: cfg.IntegrationRetryBackoff,
-	}); err != nil {
+	ic := cfg.integrationConfig()
+	ic.Transport, ic.Metrics = a.transport, p.Metrics
+	if p.Integration, err = integration.New(p.Executor, p.Store, ic); err != nil {
 		return err
 	}
 	if relay, ok := p.Integration.Relay(); ok {
@@ -196,11 +195,9 @@ func (a *App) wire() error {
 		}
 		consumers = append(consumers, p.HTTP.EventsConsumer()) // feeds GET /api/events
 	}
-	p.Events, err = consumer.New(p.Store, consumer.Config{
-		InstanceID: cfg.InstanceID, Logger: cfg.Logger, Metrics: p.Metrics, TracerProvider: cfg.TracerProvider,
-		Heartbeat: cfg.InstanceHeartbeat, StaleAfter: cfg.InstanceStaleAfter, CollectStale: cfg.CollectStaleInstances,
-		Host: hostname(), Version: buildVersion(),
-	}, consumers...)
+	cc := cfg.consumerConfig()
+	cc.Metrics = p.Metrics
+	p.Events, err = consumer.New(p.Store, cc, consumers...)
 	return err
 }
 
@@ -219,32 +216,12 @@ func (a *App) wireHTTP() error {
 		// frees its connection, instead of leaving it to read_timeout.
 		opts.ContextTimeoutEnabled = true
 		a.redis = redis.NewClient(opts)
-		p.Idempotency = idempotency.NewRedisStore(a.redis, idempotency.RedisConfig{Timeout: cfg.RedisTimeout})
+		p.Idempotency = idempotency.NewRedisStore(a.redis, cfg.redisConfig())
 	}
+	hc := cfg.httpConfig()
+	hc.Idempotency, hc.Metrics, hc.Gatherer, hc.Ready = p.Idempotency, p.Metrics, p.Metrics, p.Pool.Ping
 	var err error
-	p.HTTP, err = khttp.NewServer(khttp.Config{
-		Title:               cfg.Name,
-		JWTSecret:           []byte(cfg.JWTSecret),
-		JWKSURL:             cfg.JWKSURL,
-		OIDCIssuer:          cfg.OIDCIssuer,
-		CORSOrigins:         cfg.CORSOrigins,
-		Issuer:              cfg.JWTIssuer,
-		Audience:            cfg.JWTAudience,
-		AdminRole:           cfg.AdminRole,
-		OperatorRole:        cfg.OperatorRole,
-		SeparateMetrics:     cfg.MetricsAddr != "",
-		Idempotency:         p.Idempotency,
-		IdempotencyFailOpen: cfg.IdempotencyFailOpen,
-		Logger:              cfg.Logger,
-		TracerProvider:      cfg.TracerProvider,
-		Metrics:             p.Metrics,
-		Gatherer:            p.Metrics,
-		Ready:               p.Pool.Ping,
-		RequestTimeout:      max(cfg.RequestTimeout, 0),
-		MaxStreamsPerUser:   cfg.MaxStreamsPerUser,
-		MaxStreams:          cfg.MaxStreams,
-	}, p.Executor, p.Store)
-	if err != nil {
+	if p.HTTP, err = khttp.NewServer(hc, p.Executor, p.Store); err != nil {
 		return err
 	}
 	return a.mountConsole()
@@ -264,12 +241,11 @@ func (a *App) mountConsole() error {
 		}
 		a.jobsUI, jobsUI = ui, ui
 	}
+	cc := p.Config.consoleConfig()
+	cc.Store, cc.Executor, cc.Authenticate = p.Store, p.Executor, p.HTTP.TokenUser
+	cc.JobsUI, cc.JobsRunner, cc.DeadLetters = jobsUI, r, p.Integration.Dead()
 	var err error
-	a.console, err = console.New(console.Config{
-		Store: p.Store, Executor: p.Executor, Authenticate: p.HTTP.TokenUser,
-		OperatorRole: p.Config.OperatorRole, JobsUI: jobsUI, JobsRunner: r, DeadLetters: p.Integration.Dead(),
-		Logger: p.Config.Logger,
-	})
+	a.console, err = console.New(cc)
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,16 @@ const DefaultIdleInTransactionTimeout = 60 * time.Second
 // Config configures a server. The zero value is not enough on its own:
 // DatabaseURL and JWTSecret must be set (Main fills them from the
 // environment, with development defaults).
+//
+// Each setting is handed to the part that uses it (the HTTP server, the
+// job runner, the event dispatcher, …), mapped into that part's config in
+// one place, and that part validates it: New runs the part's validator on
+// the mapped config before anything connects, so a setting that does not
+// fit fails New with the part's message (JWTSecret is http.Config's,
+// JobRescueAfter jobs.Config's RescueAfter). The settings New uses itself
+// (DatabaseURL, MaxConns, the listeners' addresses and limits, …), and
+// those of parts without an exported validator (InstanceID, the
+// heartbeat), New validates itself.
 type Config struct {
 	// Name of the application, used in logs and for the development
 	// database Main creates. Default "kumiko".
@@ -313,6 +323,11 @@ func (c Config) resolveInstanceID() Config {
 	return c
 }
 
+// validate checks c, after WithDefaults, before New connects anything. A
+// setting handed to a part that validates it is checked by that part's
+// validator on the part's config as mapped (httpConfig, jobsConfig), so
+// the check and its message live in one place; validate checks only what
+// no part sees, or what it must refuse before the part is built.
 func (c Config) validate() error {
 	var errs []error
 	if c.DatabaseURL == "" {
@@ -330,12 +345,10 @@ func (c Config) validate() error {
 			errs = append(errs, errors.New("Config.RedisURL must be a redis:// or rediss:// URL"))
 		}
 	}
-	switch {
-	case c.JWTSecret == "" && c.JWKSURL == "" && c.OIDCIssuer == "":
-		errs = append(errs, errors.New("Config.JWTSecret is required unless Config.JWKSURL or Config.OIDCIssuer is set"))
-	case c.JWTSecret != "" && len(c.JWTSecret) < 32:
-		errs = append(errs, errors.New("Config.JWTSecret must be at least 32 bytes"))
-	}
+	// JWTSecret, JWKSURL and OIDCIssuer are the HTTP server's (a worker too
+	// refuses a config a server would); none of its other checks can fail
+	// on what httpConfig maps, defaults set.
+	errs = append(errs, c.httpConfig().WithDefaults().Validate())
 	if c.InstanceID == SharedInstanceID {
 		errs = append(errs, fmt.Errorf("Config.InstanceID %q is reserved", SharedInstanceID))
 	}
@@ -348,8 +361,11 @@ func (c Config) validate() error {
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("Config.ShutdownTimeout must not be negative"))
 	}
-	if c.JobRescueAfter < 0 {
-		errs = append(errs, errors.New("Config.JobRescueAfter must not be negative"))
+	// JobRescueAfter is the one setting jobs.Config.Validate checks that
+	// jobsConfig maps, under jobs' name for it (RescueAfter), so the
+	// message gets ours in front; jobs.New checks it against the timeouts.
+	if err := c.jobsConfig().WithDefaults().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Config.JobRescueAfter: %w", err))
 	}
 	errs = append(errs, c.envErr)
 	if c.MaxHeaderBytes < 0 {
