@@ -373,49 +373,65 @@ func scanTokens(body []byte, maxDepth int) error {
 	return nil
 }
 
-// parseRequest decodes a {"type","payload"} envelope; path prefixes the
-// field paths of its problems (for batch elements).
-func parseRequest(raw json.RawMessage, path string) (pipeline.Request, []registry.FieldError) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+// parseRequest splits a {"type","payload"} envelope; path prefixes the
+// field paths of its problems (for batch elements). raw is (part of) a
+// body readBody checked: valid JSON, no key twice.
+func parseRequest(raw []byte, path string) (pipeline.Request, []registry.FieldError) {
+	members, ok := membersOf(raw)
+	if !ok {
 		return pipeline.Request{}, []registry.FieldError{{Path: path, Code: string(kumikotype.FieldCodeType), Message: "must be an object"}}
 	}
-	fields := unknownKeys(obj, path, "type", "payload")
+	fields := unknownKeys(members, path, "type", "payload")
 	at := func(k string) string {
 		if path == "" {
 			return k
 		}
 		return path + "." + k
 	}
-	var typ string
-	switch t, ok := obj["type"]; {
+	var req pipeline.Request
+	t, ok := valueOf(members, "type")
+	switch typ, isString := stringOf(t); {
 	case !ok || string(t) == "null":
 		fields = append(fields, registry.FieldError{Path: at("type"), Code: string(kumikotype.FieldCodeRequired), Message: "is required"})
-	case json.Unmarshal(t, &typ) != nil:
+	case !isString:
 		fields = append(fields, registry.FieldError{Path: at("type"), Code: string(kumikotype.FieldCodeType), Message: "must be a string"})
 	case typ == "":
 		fields = append(fields, registry.FieldError{Path: at("type"), Code: string(kumikotype.FieldCodeRequired), Message: "must not be empty"})
 	case len(typ) > maxTypeLen:
 		fields = append(fields, registry.FieldError{Path: at("type"), Code: string(kumikotype.FieldCodeMax), Message: fmt.Sprintf("must be at most %d characters", maxTypeLen)})
+	default:
+		req.Type = typ
 	}
-	return pipeline.Request{Type: typ, Payload: obj["payload"]}, fields
+	req.Payload, _ = valueOf(members, "payload")
+	return req, fields
 }
 
-func unknownKeys(obj map[string]json.RawMessage, path string, known ...string) []registry.FieldError {
-	var out []registry.FieldError
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
+// valueOf is the value of the member key; false when there is none.
+func valueOf(members []member, key string) ([]byte, bool) {
+	for _, m := range members {
+		if string(m.key) == key {
+			return m.value, true
+		}
+	}
+	return nil, false
+}
+
+// unknownKeys reports every member not named known, sorted by key.
+func unknownKeys(members []member, path string, known ...string) []registry.FieldError {
+	var keys []string
+	for _, m := range members {
+		if !slices.Contains(known, string(m.key)) {
+			keys = append(keys, string(m.key))
+		}
 	}
 	slices.Sort(keys)
+	out := make([]registry.FieldError, 0, len(keys))
 	for _, k := range keys {
-		if !slices.Contains(known, k) {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			out = append(out, registry.FieldError{Path: p, Code: string(kumikotype.FieldCodeUnknownField), Message: "is not a known field"})
+		p := k
+		if path != "" {
+			p = path + "." + k
 		}
+		out = append(out, registry.FieldError{Path: p, Code: string(kumikotype.FieldCodeUnknownField), Message: "is not a known field"})
 	}
 	return out
 }
@@ -434,17 +450,19 @@ func requestsOf(c echo.Context) ([]pipeline.Request, error) {
 	bad := func(fields ...registry.FieldError) error {
 		return invalidInput(kumikotype.ReasonInvalidEnvelope, `the body must be {"commands": [{"type": "<handler>", "payload": {…}}, …]}`, fields...)
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(bodyOf(c), &obj); err != nil {
+	members, ok := membersOf(bodyOf(c))
+	if !ok {
 		return nil, bad(registry.FieldError{Code: string(kumikotype.FieldCodeType), Message: "must be an object"})
 	}
-	fields := unknownKeys(obj, "", "commands")
-	var elems []json.RawMessage
-	switch raw, ok := obj["commands"]; {
+	fields := unknownKeys(members, "", "commands")
+	var elems [][]byte
+	switch raw, ok := valueOf(members, "commands"); {
 	case !ok || string(raw) == "null":
 		fields = append(fields, registry.FieldError{Path: "commands", Code: string(kumikotype.FieldCodeRequired), Message: "is required"})
-	case json.Unmarshal(raw, &elems) != nil:
-		fields = append(fields, registry.FieldError{Path: "commands", Code: string(kumikotype.FieldCodeType), Message: "must be an array"})
+	default:
+		if elems, ok = elementsOf(raw); !ok {
+			fields = append(fields, registry.FieldError{Path: "commands", Code: string(kumikotype.FieldCodeType), Message: "must be an array"})
+		}
 	}
 	reqs := make([]pipeline.Request, len(elems))
 	for i, el := range elems {

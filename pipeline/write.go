@@ -114,8 +114,11 @@ func (cc *commandContext) appendSpec(db pgx.Tx, spec feature.AppendSpec) (events
 	if raw, err = json.Marshal(decoded); err != nil {
 		return eventstore.Event{}, err
 	}
+	// An entity's created or updated event decodes to its normalised
+	// fields: the row is built from them, as a CRUD write's is.
+	fields, _ := decoded.(map[string]any)
 	stream := eventstore.Stream{TenantID: cc.tenantFor(aggType), AggregateType: aggType, AggregateID: spec.AggregateID}
-	ev, _, err := d.appendValid(cc.ctx, db, cc.c, stream, spec.ExpectedVersion, spec.Type, raw, nil, cc.causation, spec.Headers,
+	ev, _, err := d.appendValid(cc.ctx, db, cc.c, stream, spec.ExpectedVersion, spec.Type, raw, fields, cc.causation, spec.Headers,
 		spec.ExpectedVersion > 0 && cc.read[spec.AggregateID])
 	return ev, err
 }
