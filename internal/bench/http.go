@@ -107,9 +107,9 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 	// hand-written service itself reaches of the raw transaction.
 	bearer := "Bearer " + randomHex(16)
 	body := []byte(`{"type":"` + handler + `","payload":` + createPayload + `}`)
-	hand, handURL, err := startHandService(ctx, bearer, func(ctx context.Context, _ string) error {
+	hand, handURL, err := startHandService(ctx, bearer, false, func(ctx context.Context, _ string) (any, error) {
 		_, err := raw(ctx, 0)
-		return err
+		return nil, err
 	})
 	if err != nil {
 		return nil, err
@@ -117,9 +117,11 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 	defer hand.stop()
 	handPost := poster(handURL, bearer, body)
 
-	// And the service by hand doing the framework's whole work: the key also
-	// recorded in the write transaction, the event's id answered, and the
-	// coalesced post-commit wake-up that a listening process receives.
+	// And the service by hand doing the framework's whole work: the key's
+	// record with the request's fingerprint in Redis (what a replay and a
+	// reused key need), the key also recorded in the write transaction, the
+	// new row answered and stored for replays, and the coalesced post-commit
+	// wake-up that a listening process receives.
 	keys := pgx.Identifier{rawSchema, "kumiko_idempotency_keys"}.Sanitize()
 	wake := newRawWake(b.pool)
 	defer wake.wait()
@@ -128,23 +130,29 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`
 		return nil, err
 	}
 	defer stopListen()
-	same, sameURL, err := startHandService(ctx, bearer, func(ctx context.Context, key string) error {
+	same, sameURL, err := startHandService(ctx, bearer, true, func(ctx context.Context, key string) (any, error) {
 		var eventID int64
+		id, tenant := uuid.Must(uuid.NewV7()), [16]byte(b.tenant)
+		var created time.Time
 		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			id, tenant := [16]byte(uuid.Must(uuid.NewV7())), [16]byte(b.tenant)
 			if _, err := tx.Exec(ctx, `INSERT INTO `+keys+` (tenant_id, user_id, key) VALUES ($1, $2, $3)`, tenant, benchUser, key); err != nil {
 				return err
 			}
-			if err := tx.QueryRow(ctx, insertEvent+` RETURNING id`, id, "bench_item", tenant, 1, evType, evVersion, string(payload), meta, benchUser).Scan(&eventID); err != nil {
+			if err := tx.QueryRow(ctx, insertEvent+` RETURNING id, created_at`, [16]byte(id), "bench_item", tenant, 1, evType, evVersion, string(payload), meta, benchUser).Scan(&eventID, &created); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, insertRow, id, tenant, 1, fields["done"], fields["priority"], fields["title"])
+			_, err := tx.Exec(ctx, insertRow, [16]byte(id), tenant, 1, fields["done"], fields["priority"], fields["title"])
 			return err
 		})
-		if err == nil {
-			wake.committed(eventID)
+		if err != nil {
+			return nil, err
 		}
-		return err
+		wake.committed(eventID)
+		row := map[string]any{"id": id.String(), "version": 1, "createdAt": created, "updatedAt": created}
+		for k, v := range fields {
+			row[k] = v
+		}
+		return row, nil
 	})
 	if err != nil {
 		return nil, err
