@@ -33,7 +33,7 @@ func holds(err, want error) bool {
 	if err.Error() == want.Error() {
 		return true
 	}
-	switch u := err.(type) {
+	switch u := err.(type) { //nolint:errorlint // walks the wrap tree itself, one level at a time
 	case interface{ Unwrap() []error }:
 		for _, e := range u.Unwrap() {
 			if holds(e, want) {
