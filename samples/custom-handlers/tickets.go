@@ -85,7 +85,15 @@ func escalate(ctx feature.CommandContext, in EscalateTicket) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.State()["priority"] == "urgent" {
+	// Only the priority is read: the assignee may be empty (NULL), which a
+	// string field could not hold.
+	state, err := feature.StateAs[struct {
+		Priority string `json:"priority"`
+	}](t)
+	if err != nil {
+		return nil, err
+	}
+	if state.Priority == "urgent" {
 		return nil, feature.Refuse("already_urgent", "the ticket is already urgent") // 422
 	}
 	if err := t.Append("ticket.escalated", TicketEscalated{Reason: in.Reason}); err != nil {

@@ -48,6 +48,12 @@ func TestTickets(t *testing.T) {
 	tk = kumikotest.Data[ticket](agent.Query("ticket.detail", map[string]any{"id": tk.ID}))
 	require.Equal(t, ticket{ID: tk.ID, Version: 5, Assignee: "ann", Priority: "urgent"}, tk)
 
+	// A ticket nobody is assigned to escalates as well.
+	open := kumikotest.Data[ticket](agent.Write("ticket.create", map[string]any{"title": "Paper jam"}))
+	got = kumikotest.Data[customhandlers.Changed](agent.Command("ticket.escalate",
+		customhandlers.EscalateTicket{ID: open.ID, Version: open.Version, Reason: "urgent"}))
+	require.Equal(t, 3, got.Version)
+
 	timeline := kumikotest.Data[pipeline.Timeline](srv.As(t, tenant, "root", "Admin").Get("/api/inspect/ticket/" + tk.ID.String()))
 	types := []string{}
 	for _, e := range timeline.Events {

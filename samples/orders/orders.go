@@ -30,6 +30,13 @@ var Feature = feature.Define("orders", func(r *feature.Registrar) {
 	feature.HandleCommand(r, "order.ship", feature.Roles("Admin", "User"), ship)
 })
 
+// orderState is what ship reads of an order's state.
+type orderState struct {
+	Customer string  `json:"customer"`
+	Total    float64 `json:"total"`
+	Shipped  bool    `json:"shipped"`
+}
+
 // ship marks the order shipped and publishes order.shipped, refusing a stale
 // version and an order shipped before.
 func ship(ctx feature.CommandContext, in ShipOrder) (any, error) {
@@ -37,16 +44,17 @@ func ship(ctx feature.CommandContext, in ShipOrder) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	state := order.State()
-	if shipped, _ := state["shipped"].(bool); shipped {
+	state, err := feature.StateAs[orderState](order)
+	if err != nil {
+		return nil, err
+	}
+	if state.Shipped {
 		return nil, feature.Refuse("already_shipped", "the order has shipped already")
 	}
 	if err := order.Append("order.updated", map[string]any{"shipped": true}); err != nil {
 		return nil, err
 	}
-	customer, _ := state["customer"].(string)
-	total, _ := state["total"].(float64)
-	if err := ctx.Publish("order.shipped", contract.OrderShipped{OrderID: in.ID, Customer: customer, Total: total}); err != nil {
+	if err := ctx.Publish("order.shipped", contract.OrderShipped{OrderID: in.ID, Customer: state.Customer, Total: state.Total}); err != nil {
 		return nil, err
 	}
 	return map[string]any{"id": in.ID, "version": order.Version()}, nil

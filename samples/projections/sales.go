@@ -67,13 +67,5 @@ ON CONFLICT (tenant_id, region) DO UPDATE SET sales = r.sales + 1, revenue = r.r
 
 // report answers the caller's regions, highest revenue first.
 func report(ctx feature.CommandContext, _ ReportQuery) (any, error) {
-	rows, err := ctx.QueryProjection("sales_by_region").Rows(feature.ProjectionFilter{OrderBy: "revenue DESC, region"})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]RegionTotal, len(rows))
-	for i, r := range rows {
-		out[i] = RegionTotal{Region: r["region"].(string), Sales: r["sales"].(int64), Revenue: r["revenue"].(float64)}
-	}
-	return out, nil
+	return feature.RowsAs[RegionTotal](ctx.QueryProjection("sales_by_region"), feature.ProjectionFilter{OrderBy: "revenue DESC, region"})
 }

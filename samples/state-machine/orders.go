@@ -57,7 +57,8 @@ type Changed struct {
 	Status  string    `json:"status"`
 }
 
-// statusChange is the order's field change that follows a transition event.
+// statusChange is the order's field change that follows a transition event;
+// a transition reads the order's state into it, too.
 type statusChange struct {
 	Status string `json:"status"`
 }
@@ -93,7 +94,11 @@ func (tr transition) run(ctx feature.CommandContext, in Transition) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	from, _ := o.State()["status"].(string)
+	state, err := feature.StateAs[statusChange](o)
+	if err != nil {
+		return nil, err
+	}
+	from := state.Status
 	if !slices.Contains(tr.from, from) {
 		return nil, feature.Refuse("invalid_transition", fmt.Sprintf("%s is not allowed for an order that is %s", tr.command, from))
 	}

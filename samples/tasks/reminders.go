@@ -67,6 +67,14 @@ func planReminder(ctx feature.JobContext, in TaskDue) error {
 	return ctx.Enqueue("task.remind", RemindArgs{TaskID: ev.AggregateID, DueAt: *in.DueAt}, *in.DueAt)
 }
 
+// remindedTask is what remind reads of a task's state.
+type remindedTask struct {
+	Title     string     `json:"title"`
+	Done      bool       `json:"done"`
+	DueAt     *time.Time `json:"dueAt"`
+	DeletedAt *time.Time `json:"deletedAt"`
+}
+
 // remind appends reminder.due if the task is still open and still due at
 // the time the reminder was planned for.
 func remind(ctx feature.JobContext, in RemindArgs) error {
@@ -74,16 +82,21 @@ func remind(ctx feature.JobContext, in RemindArgs) error {
 	if err != nil {
 		return err
 	}
-	state := task.State()
-	if task.Version() == 0 || state["done"] == true || state["deletedAt"] != nil {
+	if task.Version() == 0 {
 		return nil
 	}
-	if !sameTime(state["dueAt"], in.DueAt) {
+	state, err := feature.StateAs[remindedTask](task)
+	if err != nil {
+		return err
+	}
+	if state.Done || state.DeletedAt != nil {
+		return nil
+	}
+	if state.DueAt == nil || !state.DueAt.Equal(in.DueAt) {
 		return nil // moved: the reminder for the new time is planned already
 	}
-	title, _ := state["title"].(string)
 	_, err = ctx.AppendEvent(feature.AppendSpec{AggregateType: "reminder", Type: "reminder.due",
-		Payload: ReminderDue{TaskID: in.TaskID, Title: title, DueAt: in.DueAt}})
+		Payload: ReminderDue{TaskID: in.TaskID, Title: state.Title, DueAt: in.DueAt}})
 	return err
 }
 
@@ -99,15 +112,3 @@ func digest(ctx feature.JobContext, _ DigestArgs) error {
 	return err
 }
 
-// sameTime reports whether a state value (a time or its RFC 3339 text)
-// is the time t.
-func sameTime(v any, t time.Time) bool {
-	switch v := v.(type) {
-	case time.Time:
-		return v.Equal(t)
-	case string:
-		parsed, err := time.Parse(time.RFC3339Nano, v)
-		return err == nil && parsed.Equal(t)
-	}
-	return false
-}

@@ -37,7 +37,8 @@ type Completed struct {
 }
 
 // doneChange is the change of the task's own fields that completing it
-// makes, appended as task.updated next to task.completed.
+// makes, appended as task.updated next to task.completed; complete reads
+// the task's state into it, too.
 type doneChange struct {
 	Done bool `json:"done"`
 }
@@ -104,7 +105,11 @@ func complete(ctx feature.CommandContext, in CompleteTask) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if done, _ := task.State()["done"].(bool); done {
+	state, err := feature.StateAs[doneChange](task)
+	if err != nil {
+		return nil, err
+	}
+	if state.Done {
 		return nil, feature.Refuse("already_done", "the task is already done")
 	}
 	if err := task.Append("task.completed", TaskCompleted{CompletedBy: ctx.User().ID, Note: in.Note}); err != nil {
@@ -138,13 +143,5 @@ func month(t time.Time) string { return t.UTC().Format("2006-01") }
 
 // stats answers the months of the caller's tenant, newest first.
 func stats(ctx feature.CommandContext, _ StatsQuery) (any, error) {
-	rows, err := ctx.QueryProjection("tasks_by_month").Rows(feature.ProjectionFilter{OrderBy: "month DESC"})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]MonthStats, len(rows))
-	for i, r := range rows {
-		out[i] = MonthStats{Month: r["month"].(string), Created: r["created"].(int64), Completed: r["completed"].(int64)}
-	}
-	return out, nil
+	return feature.RowsAs[MonthStats](ctx.QueryProjection("tasks_by_month"), feature.ProjectionFilter{OrderBy: "month DESC"})
 }
