@@ -111,4 +111,3 @@ func digest(ctx feature.JobContext, _ DigestArgs) error {
 		Payload: DigestCompiled{Day: time.Now().UTC().Format(time.DateOnly), Open: open}})
 	return err
 }
-
