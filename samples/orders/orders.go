@@ -34,7 +34,7 @@ var Feature = feature.Define("orders", func(r *feature.Registrar) {
 type orderState struct {
 	Customer string  `json:"customer"`
 	Total    float64 `json:"total"`
-	Shipped  bool    `json:"shipped"`
+	Shipped  *bool   `json:"shipped"` // empty (nil) until set
 }
 
 // ship marks the order shipped and publishes order.shipped, refusing a stale
@@ -48,7 +48,7 @@ func ship(ctx feature.CommandContext, in ShipOrder) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if state.Shipped {
+	if state.Shipped != nil && *state.Shipped {
 		return nil, feature.Refuse("already_shipped", "the order has shipped already")
 	}
 	if err := order.Append("order.updated", map[string]any{"shipped": true}); err != nil {

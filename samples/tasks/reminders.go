@@ -70,7 +70,7 @@ func planReminder(ctx feature.JobContext, in TaskDue) error {
 // remindedTask is what remind reads of a task's state.
 type remindedTask struct {
 	Title     string     `json:"title"`
-	Done      bool       `json:"done"`
+	Done      *bool      `json:"done"`
 	DueAt     *time.Time `json:"dueAt"`
 	DeletedAt *time.Time `json:"deletedAt"`
 }
@@ -89,7 +89,7 @@ func remind(ctx feature.JobContext, in RemindArgs) error {
 	if err != nil {
 		return err
 	}
-	if state.Done || state.DeletedAt != nil {
+	if (state.Done != nil && *state.Done) || state.DeletedAt != nil {
 		return nil
 	}
 	if state.DueAt == nil || !state.DueAt.Equal(in.DueAt) {

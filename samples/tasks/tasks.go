@@ -36,9 +36,14 @@ type Completed struct {
 	Version int       `json:"version"`
 }
 
+// taskDone is what complete reads of a task's state: done is empty (nil)
+// in a task whose created event did not carry it.
+type taskDone struct {
+	Done *bool `json:"done"`
+}
+
 // doneChange is the change of the task's own fields that completing it
-// makes, appended as task.updated next to task.completed; complete reads
-// the task's state into it, too.
+// makes, appended as task.updated next to task.completed.
 type doneChange struct {
 	Done bool `json:"done"`
 }
@@ -105,11 +110,11 @@ func complete(ctx feature.CommandContext, in CompleteTask) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	state, err := feature.StateAs[doneChange](task)
+	state, err := feature.StateAs[taskDone](task)
 	if err != nil {
 		return nil, err
 	}
-	if state.Done {
+	if state.Done != nil && *state.Done {
 		return nil, feature.Refuse("already_done", "the task is already done")
 	}
 	if err := task.Append("task.completed", TaskCompleted{CompletedBy: ctx.User().ID, Note: in.Note}); err != nil {
