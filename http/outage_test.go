@@ -387,7 +387,10 @@ func privateDatabase(t *testing.T) (dbURL string, admin *pgx.Conn) {
 	_, err = admin.Exec(ctx, "CREATE DATABASE "+name+" OWNER "+name)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// Dropping a database waits for a checkpoint, which takes a while on
+		// a machine the whole suite keeps busy: the bound only keeps a hang
+		// from lasting for ever.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		_, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 		require.NoError(t, err)
