@@ -36,6 +36,12 @@ type TableDef struct {
 	// PrimaryKey lists the key's columns; empty = no primary key.
 	PrimaryKey []string
 	Indexes    []Index
+	// Row, when set, is a value of the struct queries read the table's rows
+	// into with RowsAs or RowAs (Row: MonthStats{}): registry.Build then
+	// checks, at boot, that each of its fields names a column (by the
+	// column's JSON name, created_at as createdAt; tenant_id is never
+	// handed over) and that its Go type can hold the column's values.
+	Row any
 }
 
 // Column is a table column.

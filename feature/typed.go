@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/kumiko-go/kumiko/internal/spec"
 	"github.com/kumiko-go/kumiko/internal/structmap"
 )
 
@@ -33,6 +34,18 @@ func StateAs[T any](a Aggregate) (T, error) {
 		return v, fmt.Errorf("state of %s: %w", a.Type(), err)
 	}
 	return v, p.Fill(&v, state, "state")
+}
+
+// StateStruct declares T as the struct the entity's state is read into
+// with StateAs: registry.Build then checks, at boot, that each field of T
+// names a field of the entity (or id, version, createdAt, updatedAt, and
+// deletedAt with SoftDelete) and that its Go type can hold that field's
+// values, and fails naming the feature, the entity and the field where
+// one does not. StateAs reads into any struct; declaring it moves the
+// mistakes from the first call to the boot. Declare each struct the
+// feature reads the state into, one option each.
+func StateStruct[T any]() EntityOption {
+	return EntityOption{func(d *spec.Entity) { d.States = append(d.States, reflect.TypeFor[T]()) }}
 }
 
 // RowsAs reads the rows of q that f matches into Ts, by column: each

@@ -196,6 +196,7 @@ func (b *builder) entity(feat string, def spec.Entity) {
 		b.fail(feat, item, RuleEntity, "SnapshotVersion(%d) must be at least 1", def.SnapshotVersion)
 	}
 	b.table(feat, item, def.Table, RuleEntity)
+	b.checkState(feat, item, def)
 
 	e := &Entity{name: def.Name, feature: feat, def: def, names: names}
 	e.codec = &codec.Entity{Name: def.Name, Fields: def.Fields, Names: names, SoftDelete: def.SoftDelete}
@@ -671,6 +672,9 @@ func (b *builder) checkTable(feat, item string, t feature.TableDef, needTenant b
 	}
 	if c, ok := t.Column("tenant_id"); needTenant && (!ok || !strings.EqualFold(c.Type, "uuid")) {
 		b.fail(feat, item, RuleProjection, "table %q needs a tenant_id uuid column: rows belong to the event's tenant and reads are filtered by it", t.Name)
+	}
+	if t.Row != nil {
+		b.checkRow(feat, item, t)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/internal/spec"
 )
 
 // projectionContext is the feature.ProjectionContext of one inline apply.
@@ -250,7 +251,7 @@ func (q *projectionQuery) Rows(f feature.ProjectionFilter) ([]map[string]any, er
 		row := make(map[string]any, len(m))
 		for k, v := range m {
 			if k != "tenant_id" {
-				row[camelCase(k)] = fromDB(v)
+				row[spec.JSONName(k)] = fromDB(v)
 			}
 		}
 		return row, err
@@ -259,17 +260,6 @@ func (q *projectionQuery) Rows(f feature.ProjectionFilter) ([]map[string]any, er
 		return nil, fmt.Errorf("query projection: %w", err)
 	}
 	return out, nil
-}
-
-// camelCase is the JSON name of a column: created_at → createdAt.
-func camelCase(column string) string {
-	parts := strings.Split(column, "_")
-	for i := 1; i < len(parts); i++ {
-		if p := parts[i]; p != "" {
-			parts[i] = strings.ToUpper(p[:1]) + p[1:]
-		}
-	}
-	return strings.Join(parts, "")
 }
 
 func (q *projectionQuery) Row(f feature.ProjectionFilter) (map[string]any, error) {

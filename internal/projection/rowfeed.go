@@ -191,7 +191,7 @@ func (f *RowFeed) Key(row map[string]any) map[string]any {
 	key := make(map[string]any, len(f.def.PrimaryKey))
 	for _, col := range f.def.PrimaryKey {
 		if col != "tenant_id" {
-			name := camelCase(col)
+			name := spec.JSONName(col)
 			key[name] = row[name]
 		}
 	}
@@ -209,13 +209,13 @@ func (f *RowFeed) visible(rows []map[string]any, u feature.User) []map[string]an
 	if f.entity != nil {
 		for _, name := range f.entity.fields {
 			if !f.entity.specs[name].CanRead(u.Authenticated, u.HasRole) {
-				hidden = append(hidden, camelCase(spec.ColumnName(name)))
+				hidden = append(hidden, spec.JSONName(spec.ColumnName(name)))
 			}
 		}
 	} else {
 		for _, c := range f.def.Columns {
 			if !(spec.Field{ReadRoles: c.ReadRoles}).CanRead(u.Authenticated, u.HasRole) {
-				hidden = append(hidden, camelCase(c.Name))
+				hidden = append(hidden, spec.JSONName(c.Name))
 			}
 		}
 	}

@@ -61,6 +61,9 @@ type Entity struct {
 	SnapshotVersion int
 	// Table is the read-model table (default read_<entity>).
 	Table string
+	// States are the struct types the state is read into, declared with
+	// feature.StateStruct.
+	States []reflect.Type
 }
 
 // Clone returns a deep copy of e.
@@ -70,6 +73,7 @@ func (e Entity) Clone() Entity {
 		fields[k] = v.Clone()
 	}
 	e.Fields = fields
+	e.States = slices.Clone(e.States)
 	return e
 }
 
@@ -258,6 +262,18 @@ func ColumnName(field string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// JSONName is the camelCase JSON name of a column: "created_at" →
+// "createdAt". It undoes ColumnName for the names ColumnName makes.
+func JSONName(column string) string {
+	parts := strings.Split(column, "_")
+	for i := 1; i < len(parts); i++ {
+		if p := parts[i]; p != "" {
+			parts[i] = strings.ToUpper(p[:1]) + p[1:]
+		}
+	}
+	return strings.Join(parts, "")
 }
 
 // IntegrationHandler is a handler declared with Registrar.OnIntegrationEvent.

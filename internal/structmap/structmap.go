@@ -360,3 +360,116 @@ func describe(v any) string {
 	}
 	return fmt.Sprintf("a %T", v)
 }
+
+// Field is one field of a plan, as a boot check sees it.
+type Field struct {
+	// GoName is the field's Go name.
+	GoName string
+	// Name is the json tag's name, or "" when the field is matched by its
+	// Go name, case-insensitively.
+	Name string
+	Type reflect.Type
+}
+
+// Fields lists the plan's fields in declaration order.
+func (p *Plan) Fields() []Field {
+	out := make([]Field, len(p.fields))
+	for i, f := range p.fields {
+		out[i] = Field{GoName: f.goName, Name: f.name, Type: f.typ}
+	}
+	return out
+}
+
+// Label is the name f is matched by: its json tag's, or its Go name.
+func (f Field) Label() string {
+	if f.Name != "" {
+		return f.Name
+	}
+	return f.GoName
+}
+
+// Takes reports whether f takes the value named key.
+func (f Field) Takes(key string) bool {
+	if f.Name != "" {
+		return f.Name == key
+	}
+	return strings.EqualFold(f.GoName, key)
+}
+
+// Kind is what a value handed over can be, as far as a struct field's type
+// must fit it: the kinds of the entity field types and of column types.
+type Kind int
+
+// The kinds of values.
+const (
+	// Text is a string: text, enum.
+	Text Kind = iota + 1
+	// Number is any number: numeric, real, double precision.
+	Number
+	// Integer is an integer column: smallint, integer, bigint.
+	Integer
+	// Bool is a boolean.
+	Bool
+	// Time is a timestamp (handed over as its RFC 3339 text).
+	Time
+	// UUID is a UUID (handed over as its text).
+	UUID
+	// JSON is any JSON value: jsonb, json.
+	JSON
+)
+
+// ColumnKind is the kind of the values of a column of PostgreSQL type
+// sqlType; false for a type it does not know (a check skips the column).
+func ColumnKind(sqlType string) (Kind, bool) {
+	t := strings.ToLower(strings.TrimSpace(sqlType))
+	if i := strings.IndexByte(t, '('); i >= 0 {
+		t = strings.TrimSpace(t[:i])
+	}
+	switch t {
+	case "text", "varchar", "character varying", "char", "character", "citext", "name":
+		return Text, true
+	case "smallint", "integer", "int", "bigint", "int2", "int4", "int8", "serial", "bigserial", "smallserial":
+		return Integer, true
+	case "numeric", "decimal", "real", "double precision", "float4", "float8":
+		return Number, true
+	case "boolean", "bool":
+		return Bool, true
+	case "timestamptz", "timestamp", "timestamp with time zone", "timestamp without time zone", "date":
+		return Time, true
+	case "uuid":
+		return UUID, true
+	case "jsonb", "json":
+		return JSON, true
+	}
+	return 0, false
+}
+
+// Holds reports whether a field of Go type t can hold values of kind k
+// (Set then converts them; an integer field may still refuse a number
+// with a fraction, out of range, at run time).
+func Holds(t reflect.Type, k Kind) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == rawType || (t.Kind() == reflect.Interface && t.NumMethod() == 0):
+		return true
+	case t == timeType:
+		return k == Time
+	case t.Kind() == reflect.Array && t.ConvertibleTo(uuidType):
+		return k == UUID
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return k == Text || k == Time || k == UUID
+	case reflect.Bool:
+		return k == Bool
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return k == Number || k == Integer
+	case reflect.Map, reflect.Slice, reflect.Struct, reflect.Array:
+		return k == JSON
+	}
+	return false
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -143,4 +144,41 @@ func TestPlanFill(t *testing.T) {
 	_, err = structmap.For(reflect.TypeFor[int]())
 	require.EqualError(t, err, "int is not a struct type")
 	require.Error(t, p.Fill(r, nil, "row"), "not a pointer")
+}
+
+// Holds answers what Set converts, per kind; ColumnKind names the kinds of
+// the column types a projection declares.
+func TestHoldsAndColumnKind(t *testing.T) {
+	for _, c := range []struct {
+		typ   reflect.Type
+		holds []structmap.Kind
+	}{
+		{reflect.TypeFor[string](), []structmap.Kind{structmap.Text, structmap.Time, structmap.UUID}},
+		{reflect.TypeFor[*string](), []structmap.Kind{structmap.Text, structmap.Time, structmap.UUID}},
+		{reflect.TypeFor[int32](), []structmap.Kind{structmap.Number, structmap.Integer}},
+		{reflect.TypeFor[*float64](), []structmap.Kind{structmap.Number, structmap.Integer}},
+		{reflect.TypeFor[bool](), []structmap.Kind{structmap.Bool}},
+		{reflect.TypeFor[time.Time](), []structmap.Kind{structmap.Time}},
+		{reflect.TypeFor[uuid.UUID](), []structmap.Kind{structmap.UUID}},
+		{reflect.TypeFor[map[string]any](), []structmap.Kind{structmap.JSON}},
+		{reflect.TypeFor[[]int](), []structmap.Kind{structmap.JSON}},
+		{reflect.TypeFor[json.RawMessage](), []structmap.Kind{structmap.Text, structmap.Number, structmap.Integer, structmap.Bool, structmap.Time, structmap.UUID, structmap.JSON}},
+		{reflect.TypeFor[any](), []structmap.Kind{structmap.Text, structmap.Number, structmap.Integer, structmap.Bool, structmap.Time, structmap.UUID, structmap.JSON}},
+		{reflect.TypeFor[chan int](), nil},
+	} {
+		for k := structmap.Text; k <= structmap.JSON; k++ {
+			require.Equal(t, slices.Contains(c.holds, k), structmap.Holds(c.typ, k), "%s holds kind %d", c.typ, k)
+		}
+	}
+	for sqlType, want := range map[string]structmap.Kind{
+		"text": structmap.Text, "varchar(20)": structmap.Text, "BIGINT": structmap.Integer, "integer": structmap.Integer,
+		"numeric(10, 2)": structmap.Number, "double precision": structmap.Number, "boolean": structmap.Bool,
+		"timestamptz": structmap.Time, "date": structmap.Time, "uuid": structmap.UUID, "jsonb": structmap.JSON,
+	} {
+		got, ok := structmap.ColumnKind(sqlType)
+		require.True(t, ok, sqlType)
+		require.Equal(t, want, got, sqlType)
+	}
+	_, ok := structmap.ColumnKind("tsvector")
+	require.False(t, ok, "a type it does not know is not checked")
 }

@@ -25,7 +25,7 @@ var Feature = feature.Define("orders", func(r *feature.Registrar) {
 		"customer": feature.Text().Required().MaxLen(200),
 		"total":    feature.Number().Required(),
 		"shipped":  feature.Bool().Default(false),
-	})
+	}, feature.StateStruct[orderState]())
 	r.Crud("order", feature.Access{Write: feature.Roles("Admin", "User"), Read: feature.AnyUser()})
 	feature.HandleCommand(r, "order.ship", feature.Roles("Admin", "User"), ship)
 })

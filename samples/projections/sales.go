@@ -46,6 +46,8 @@ var Feature = feature.Define("sales", func(r *feature.Registrar) {
 				{Name: "revenue", Type: "numeric", NotNull: true},
 			},
 			PrimaryKey: []string{"tenant_id", "region"},
+			// report reads the rows into RegionTotal: the boot checks it fits.
+			Row: RegionTotal{},
 		},
 		Apply: map[string]feature.ProjectionApplyFunc{"sale.created": addSale},
 	})

@@ -80,7 +80,7 @@ var Feature = feature.Define("orders", func(r *feature.Registrar) {
 		"item": feature.Text().Required().MaxLen(200),
 		"status": feature.Enum(Placed, Paid, Shipped, Cancelled).Default(Placed).
 			WriteRoles("nobody").WrittenBy(transitionCommands()...),
-	})
+	}, feature.StateStruct[statusChange]())
 	r.Crud("order", feature.Access{Write: feature.Roles("Clerk"), Read: feature.AnyUser()})
 	for _, tr := range transitions {
 		r.DefineEvent(tr.event, Transitioned{})

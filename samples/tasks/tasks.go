@@ -68,7 +68,7 @@ var Feature = feature.Define("tasks", func(r *feature.Registrar) {
 		"priority": feature.Enum("low", "normal", "high").Default("normal").Sortable(),
 		"dueAt":    feature.Timestamp().Sortable(),
 		"notes":    feature.Text().MaxLen(2000),
-	}, feature.SoftDelete())
+	}, feature.SoftDelete(), feature.StateStruct[taskDone](), feature.StateStruct[remindedTask]())
 	r.Crud("task", feature.Access{Write: feature.Roles("Admin", "User"), Read: feature.AnyUser()})
 
 	// Level 2: a domain event and the command that emits it.
@@ -91,6 +91,8 @@ var Feature = feature.Define("tasks", func(r *feature.Registrar) {
 				{Name: "completed", Type: "bigint", NotNull: true},
 			},
 			PrimaryKey: []string{"tenant_id", "month"},
+			// stats reads the rows into MonthStats: the boot checks it fits.
+			Row: MonthStats{},
 		},
 		Apply: map[string]feature.ProjectionApplyFunc{
 			"task.created":   countMonth("created"),
