@@ -30,7 +30,29 @@ var benchFeature = feature.Define("bench", func(r *feature.Registrar) {
 		"priority": feature.Enum("low", "normal", "high").Default("normal"),
 	})
 	r.Crud("bench_item", feature.Access{Write: feature.Roles("Admin", "User"), Read: feature.AnyUser()})
+	// A page of rows as maps and the same page into structs.
+	page := feature.ProjectionFilter{Limit: rowsPage}
+	feature.HandleQuery(r, "bench_item.rows", feature.AnyUser(), func(ctx feature.CommandContext, _ struct{}) (any, error) {
+		return ctx.QueryProjection("bench_item").Rows(page)
+	})
+	feature.HandleQuery(r, "bench_item.typed_rows", feature.AnyUser(), func(ctx feature.CommandContext, _ struct{}) (any, error) {
+		return feature.RowsAs[benchRow](ctx.QueryProjection("bench_item"), page)
+	})
 })
+
+// rowsPage is the page the typed-rows comparison reads.
+const rowsPage = 200
+
+// benchRow is a bench_item row read with feature.RowsAs.
+type benchRow struct {
+	ID        uuid.UUID `json:"id"`
+	Version   int       `json:"version"`
+	Title     string    `json:"title"`
+	Done      bool      `json:"done"`
+	Priority  string    `json:"priority"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
 
 // createVariant is one CRUD create measured through the dispatcher and raw.
 type createVariant struct {
@@ -175,5 +197,25 @@ VALUES ($1, $2, $3, $4, $5, $6, now(), now())`,
 			rows = append(rows, r)
 		}
 	}
-	return rows, nil
+
+	// Typed rows against map rows: the same query of a 200-row page, once
+	// answered as maps and once read into structs (feature.RowsAs).
+	create := pipeline.Request{Type: registry.VerbCreate.HandlerName("bench_item"), Payload: json.RawMessage(createPayload)}
+	for range rowsPage {
+		if _, err := d.Write(ctx, caller, create); err != nil {
+			return rows, err
+		}
+	}
+	query := func(handler string) opFunc {
+		req := pipeline.Request{Type: handler, Payload: json.RawMessage(`{}`)}
+		return func(ctx context.Context, _ int) (int, error) {
+			_, err := d.Query(ctx, caller, req)
+			return 1, err
+		}
+	}
+	r, err := b.compare(ctx, pair{
+		name: fmt.Sprintf("query %d rows into structs (RowsAs) vs as maps (Rows)", rowsPage), unit: "queries/s", workers: 1,
+		goal: atLeastOfRaw(0.95), fw: query("bench_item.typed_rows"), raw: query("bench_item.rows"),
+	})
+	return append(rows, r), err
 }
