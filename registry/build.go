@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -76,6 +77,7 @@ func newBuilder() *builder {
 			bySource:      map[string][]*Projection{},
 			emits:         map[string]map[string]bool{},
 			payloads:      map[string]*codec.Payload{},
+			results:       map[string]json.RawMessage{},
 			codec:         codec.New(),
 			contracts:     map[string]Contract{},
 			contractSteps: map[string][]*migration{},
@@ -589,7 +591,15 @@ func (b *builder) handler(feat string, def spec.Handler) {
 	if !b.claimHandler(feat, item, def.Name) || !ruleOK || !inputOK || invoke == nil {
 		return
 	}
-	b.reg.handlers[def.Name] = Handler{Name: def.Name, Kind: kind, Feature: feat, Access: access, Input: def.Input, Invoke: invoke}
+	if def.Result != nil {
+		schema, err := b.reg.codec.TypeSchema(def.Result)
+		if err != nil {
+			b.fail(feat, item, RulePayload, "result type %s: %v", def.Result, err)
+			return
+		}
+		b.reg.results[def.Name] = schema
+	}
+	b.reg.handlers[def.Name] = Handler{Name: def.Name, Kind: kind, Feature: feat, Access: access, Input: def.Input, Result: def.Result, Invoke: invoke}
 	b.reg.payloads[def.Name] = payload
 }
 

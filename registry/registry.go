@@ -30,6 +30,7 @@ type Registry struct {
 	bySource    map[string][]*Projection
 	emits       map[string]map[string]bool // feature → event types it may append
 	payloads    map[string]*codec.Payload  // event, contract and handler types → payload
+	results     map[string]json.RawMessage // typed handlers' result schemas
 	codec       *codec.Codec
 
 	contracts           map[string]Contract
@@ -100,6 +101,9 @@ type Handler struct {
 	// author's input type, or CreateInput, UpdateInput, IDInput, DetailInput
 	// or ListInput for CRUD handlers.
 	Input reflect.Type
+	// Result is the Go type of the result of a handler declared with
+	// feature.Command or feature.Query; nil for any other.
+	Result reflect.Type
 	// Invoke runs a command or query handler; nil for CRUD handlers, which
 	// the pipeline executes itself (see Verb and Entity).
 	Invoke func(ctx feature.CommandContext, in any) (any, error)
@@ -355,12 +359,17 @@ func (r *Registry) Schema(name string) json.RawMessage {
 
 // ResultSchema returns the JSON Schema (draft 2020-12) of the data a CRUD
 // handler answers (see the codec's state shape: id, version, createdAt,
-// updatedAt, the fields, deletedAt with soft delete), or nil for any other
-// name: a command's or query's result is whatever its handler returns.
+// updatedAt, the fields, deletedAt with soft delete) or a handler declared
+// with feature.Command or feature.Query answers (its result type's), or
+// nil for any other name: an untyped handler's result is whatever it
+// returns.
 func (r *Registry) ResultSchema(name string) json.RawMessage {
 	h, ok := r.handlers[name]
-	if !ok || h.Entity == "" {
+	if !ok {
 		return nil
+	}
+	if h.Entity == "" {
+		return slices.Clone(r.results[name])
 	}
 	p := r.payloads[name]
 	s, err := codec.ResultSchema(p.Entity, p.Kind)

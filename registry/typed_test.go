@@ -99,3 +99,54 @@ func TestTypedStructsAreCheckedAtBoot(t *testing.T) {
 	)
 	require.Len(t, registry.AllBootErrors(err), 8, "one error per problem: %v", err)
 }
+
+type noteCount struct {
+	Notes int    `json:"notes"`
+	Note  string `json:"note,omitempty"`
+}
+
+// A handler declared with feature.Command or feature.Query has its result
+// type in the registry and its schema as the result schema; an untyped
+// handler has none.
+func TestTypedResultsAreKnown(t *testing.T) {
+	t.Parallel()
+	reg, err := registry.Build(f("a", func(r *feature.Registrar) {
+		feature.Command(r, "note.count", feature.AnyUser(), func(feature.CommandContext, struct{}) (noteCount, error) {
+			return noteCount{Notes: 1}, nil
+		})
+		feature.Query(r, "note.list", feature.AnyUser(), func(feature.CommandContext, struct{}) ([]noteCount, error) {
+			return nil, nil
+		})
+		feature.HandleCommand(r, "note.any", feature.AnyUser(), func(feature.CommandContext, struct{}) (any, error) {
+			return nil, nil
+		})
+	}))
+	require.NoError(t, err)
+	h, ok := reg.Handler("note.count")
+	require.True(t, ok)
+	require.Equal(t, registry.KindCommand, h.Kind)
+	require.Equal(t, "registry_test.noteCount", h.Result.String())
+	var schema struct {
+		Type       string                     `json:"type"`
+		Properties map[string]json.RawMessage `json:"properties"`
+		Items      json.RawMessage            `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal(reg.ResultSchema("note.count"), &schema))
+	require.Equal(t, "object", schema.Type)
+	require.Contains(t, schema.Properties, "notes")
+	require.Contains(t, schema.Properties, "note")
+
+	q, _ := reg.Handler("note.list")
+	require.Equal(t, registry.KindQuery, q.Kind)
+	require.NoError(t, json.Unmarshal(reg.ResultSchema("note.list"), &schema))
+	require.Equal(t, "array", schema.Type)
+	require.NotEmpty(t, schema.Items)
+
+	out, err := h.Invoke(nil, struct{}{})
+	require.NoError(t, err)
+	require.Equal(t, noteCount{Notes: 1}, out)
+
+	u, _ := reg.Handler("note.any")
+	require.Nil(t, u.Result)
+	require.Nil(t, reg.ResultSchema("note.any"))
+}

@@ -120,6 +120,9 @@ type Handler struct {
 	// Invoke is the registry.HandlerFunc of HandleCommand and HandleQuery;
 	// nil otherwise.
 	Invoke any
+	// Result is the Go type of the result of a handler declared with
+	// feature.Command or feature.Query; nil otherwise.
+	Result reflect.Type
 }
 
 // Job is a background job declared with Registrar.Job.

@@ -73,7 +73,7 @@ var Feature = feature.Define("tasks", func(r *feature.Registrar) {
 
 	// Level 2: a domain event and the command that emits it.
 	r.DefineEvent("task.completed", TaskCompleted{}, feature.EventVersion(3))
-	r.Command("task.complete", CompleteTask{}, feature.Roles("Admin", "User"), complete)
+	feature.Command(r, "task.complete", feature.Roles("Admin", "User"), complete)
 
 	// Level 4: how stored task.completed events of older versions are read.
 	r.EventMigration("task.completed", 1, 2, feature.Rename("by", "completedBy"))
@@ -101,29 +101,29 @@ var Feature = feature.Define("tasks", func(r *feature.Registrar) {
 		// Who may follow its rows live (GET /api/projections/tasks_by_month/events).
 		Read: feature.AnyUser(),
 	})
-	r.Query("task.stats", StatsQuery{}, feature.AnyUser(), stats)
+	feature.Query(r, "task.stats", feature.AnyUser(), stats)
 })
 
 // complete marks a task done: it refuses a stale version before writing
 // anything, refuses a task that is already done, and appends the domain
 // event plus the field change.
-func complete(ctx feature.CommandContext, in CompleteTask) (any, error) {
+func complete(ctx feature.CommandContext, in CompleteTask) (Completed, error) {
 	task, err := ctx.FetchForWriting(in.ID, "task", in.Version)
 	if err != nil {
-		return nil, err
+		return Completed{}, err
 	}
 	state, err := feature.StateAs[taskDone](task)
 	if err != nil {
-		return nil, err
+		return Completed{}, err
 	}
 	if state.Done != nil && *state.Done {
-		return nil, feature.Refuse("already_done", "the task is already done")
+		return Completed{}, feature.Refuse("already_done", "the task is already done")
 	}
 	if err := task.Append("task.completed", TaskCompleted{CompletedBy: ctx.User().ID, Note: in.Note}); err != nil {
-		return nil, err
+		return Completed{}, err
 	}
 	if err := task.Append("task.updated", doneChange{Done: true}); err != nil {
-		return nil, err
+		return Completed{}, err
 	}
 	return Completed{ID: in.ID, Version: task.Version()}, nil
 }
@@ -149,6 +149,6 @@ ON CONFLICT (tenant_id, month) DO UPDATE
 func month(t time.Time) string { return t.UTC().Format("2006-01") }
 
 // stats answers the months of the caller's tenant, newest first.
-func stats(ctx feature.CommandContext, _ StatsQuery) (any, error) {
+func stats(ctx feature.CommandContext, _ StatsQuery) ([]MonthStats, error) {
 	return feature.RowsAs[MonthStats](ctx.QueryProjection("tasks_by_month"), feature.ProjectionFilter{OrderBy: "month DESC"})
 }

@@ -19,6 +19,12 @@ const schemaVersion = "https://json-schema.org/draft/2020-12/schema"
 
 var unsafeNameRe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
+// TypeSchema is the JSON Schema of values of Go type t, such as a typed
+// handler's result, reflected as payload schemas are.
+func (c *Codec) TypeSchema(t reflect.Type) (json.RawMessage, error) {
+	return c.structSchema(t)
+}
+
 // structSchema reflects the JSON Schema of payload type t with invopop, then
 // adds what the validate tags say (required, lengths, bounds, enums, formats),
 // so the schema and the validation agree.
