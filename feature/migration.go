@@ -1,6 +1,13 @@
 package feature
 
-import "github.com/kumiko-go/kumiko/internal/spec"
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	"github.com/kumiko-go/kumiko/internal/spec"
+)
 
 // MigrationStep is one declarative operation of an event migration, applied
 // to the payload's top-level JSON object. Numbers in the object are
@@ -29,6 +36,44 @@ func Drop(field string) MigrationStep { return MigrationStep{spec.Drop(field)} }
 // deterministic: it runs on every read, rebuild and delivery.
 func MapFunc(fn func(obj map[string]any) (map[string]any, error)) MigrationStep {
 	return MigrationStep{spec.MapFunc(fn)}
+}
+
+// MapAs is MapFunc with types: the object is decoded into From (through its
+// JSON, as Decode reads a payload), fn turns it into To, and To's JSON
+// object is the result. Fields neither type names are dropped, so From and
+// To describe the whole payload of the versions they read and write. A
+// payload that does not decode into From, and a To that does not encode to
+// a JSON object, fail the read of the event, as fn's error does.
+//
+//	r.EventMigration("customer.moved", 1, 2, feature.MapAs(splitAddress))
+func MapAs[From, To any](fn func(From) (To, error)) MigrationStep {
+	if fn == nil {
+		return MapFunc(nil)
+	}
+	return MapFunc(func(obj map[string]any) (map[string]any, error) {
+		raw, err := json.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		var from From
+		if err := json.Unmarshal(raw, &from); err != nil {
+			return nil, fmt.Errorf("decode into %s: %w", reflect.TypeFor[From](), err)
+		}
+		to, err := fn(from)
+		if err != nil {
+			return nil, err
+		}
+		if raw, err = json.Marshal(to); err != nil {
+			return nil, fmt.Errorf("encode %s: %w", reflect.TypeFor[To](), err)
+		}
+		var out map[string]any
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&out); err != nil || out == nil {
+			return nil, fmt.Errorf("%s does not encode to a JSON object", reflect.TypeFor[To]())
+		}
+		return out, nil
+	})
 }
 
 // Err reports a step that was built wrong (empty names, nil function, a

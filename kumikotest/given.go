@@ -134,12 +134,17 @@ func Payload[T any](o *Outcome, i int) T {
 	return v
 }
 
-// Result decodes the result of a successful request into T (through its
-// JSON form, as a client would see it).
+// Result is the result of a successful request as a T: the handler's own
+// value when it returned a T (a handler declared with feature.Command or
+// feature.Query, or a read with feature.RowsAs), else decoded through its
+// JSON form, as a client would see it.
 func Result[T any](o *Outcome) T {
 	o.t.Helper()
 	if o.Err != nil {
 		o.t.Fatalf("kumikotest: the request failed: %v", o.Err)
+	}
+	if v, ok := o.Result.(T); ok {
+		return v
 	}
 	return convert[T](o.t, o.Result)
 }

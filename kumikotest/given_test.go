@@ -28,6 +28,8 @@ func TestGivenWhenThen(t *testing.T) {
 	require.Equal(t, 3, kumikotest.Result[struct {
 		Version int `json:"version"`
 	}](o).Version)
+	require.Equal(t, tasks.Completed{ID: id, Version: 3}, kumikotest.Result[tasks.Completed](o),
+		"the typed command's own result")
 
 	app.When(t, alice, "task.complete", tasks.CompleteTask{ID: id, Version: 3}).ThenError("unprocessable", "already_done")
 	app.When(t, alice, "task.complete", tasks.CompleteTask{ID: id, Version: 1}).ThenError("version_conflict")

@@ -49,23 +49,31 @@ var Feature = feature.Define("customers", func(r *feature.Registrar) {
 	r.Crud("customer", feature.Access{Write: feature.Roles("Clerk"), Read: feature.AnyUser()})
 
 	r.DefineEvent("customer.moved", CustomerMoved{}, feature.EventVersion(3))
-	r.EventMigration("customer.moved", 1, 2, feature.MapFunc(splitAddress))
+	r.EventMigration("customer.moved", 1, 2, feature.MapAs(splitAddress))
 	r.EventMigration("customer.moved", 2, 3, feature.DefaultValue("country", "DE"))
 
 	feature.HandleCommand(r, "customer.move", feature.Roles("Clerk"), move)
 	feature.HandleQuery(r, "customer.moves", feature.AnyUser(), moves)
 })
 
+// movedV1 is customer.moved's payload at version 1: one line.
+type movedV1 struct {
+	Address string `json:"address"`
+}
+
+// movedV2 is customer.moved's payload at version 2: street and city.
+type movedV2 struct {
+	Street string `json:"street"`
+	City   string `json:"city"`
+}
+
 // splitAddress turns version 1's "Main St 1, Berlin" into street and city.
-func splitAddress(obj map[string]any) (map[string]any, error) {
-	addr, _ := obj["address"].(string)
-	street, city, ok := strings.Cut(addr, ",")
+func splitAddress(v1 movedV1) (movedV2, error) {
+	street, city, ok := strings.Cut(v1.Address, ",")
 	if !ok {
-		return nil, errors.New("address without a city")
+		return movedV2{}, errors.New("address without a city")
 	}
-	delete(obj, "address")
-	obj["street"], obj["city"] = strings.TrimSpace(street), strings.TrimSpace(city)
-	return obj, nil
+	return movedV2{Street: strings.TrimSpace(street), City: strings.TrimSpace(city)}, nil
 }
 
 // move records a new address (always version 3).
