@@ -1,7 +1,6 @@
 package feature
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -67,9 +66,7 @@ func MapAs[From, To any](fn func(From) (To, error)) MigrationStep {
 			return nil, fmt.Errorf("encode %s: %w", reflect.TypeFor[To](), err)
 		}
 		var out map[string]any
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		if err := dec.Decode(&out); err != nil || out == nil {
+		if err := spec.UnmarshalNumbers(raw, &out); err != nil || out == nil {
 			return nil, fmt.Errorf("%s does not encode to a JSON object", reflect.TypeFor[To]())
 		}
 		return out, nil

@@ -74,17 +74,10 @@ func RowsAs[T any](q ProjectionQuery, f ProjectionFilter) ([]T, error) {
 
 // RowAs is RowsAs of the first row f matches; nil when none does.
 func RowAs[T any](q ProjectionQuery, f ProjectionFilter) (*T, error) {
-	r, err := q.Row(f)
-	if err != nil || r == nil {
+	f.Limit = 1
+	rows, err := RowsAs[T](q, f)
+	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
-	p, err := structmap.For(reflect.TypeFor[T]())
-	if err != nil {
-		return nil, fmt.Errorf("row: %w", err)
-	}
-	var v T
-	if err := p.Fill(&v, r, "row"); err != nil {
-		return nil, err
-	}
-	return &v, nil
+	return &rows[0], nil
 }

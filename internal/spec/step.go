@@ -113,7 +113,7 @@ func (s Step) Apply(obj map[string]any) (out map[string]any, err error) {
 	case "default":
 		if _, ok := obj[s.to]; !ok {
 			var v any
-			if err := unmarshalNumbers(s.value, &v); err != nil {
+			if err := UnmarshalNumbers(s.value, &v); err != nil {
 				return nil, err
 			}
 			obj[s.to] = v
@@ -138,8 +138,9 @@ func (s Step) Apply(obj map[string]any) (out map[string]any, err error) {
 	return out, nil
 }
 
-// unmarshalNumbers decodes JSON keeping numbers as json.Number.
-func unmarshalNumbers(raw []byte, v any) error {
+// UnmarshalNumbers decodes JSON keeping numbers as json.Number, as
+// migration steps see them.
+func UnmarshalNumbers(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	return dec.Decode(v)

@@ -47,11 +47,8 @@ type Plan struct {
 }
 
 type field struct {
-	index  []int
-	goName string
-	// name is the json tag's name, or "" to match goName case-insensitively.
-	name string
-	typ  reflect.Type
+	Field
+	index []int
 }
 
 // For returns the plan of struct type t; an error when t is no struct.
@@ -72,29 +69,22 @@ func For(t reflect.Type) (*Plan, error) {
 				continue
 			}
 		}
-		p.fields = append(p.fields, field{index: sf.Index, goName: sf.Name, name: name, typ: sf.Type})
+		p.fields = append(p.fields, field{Field: Field{GoName: sf.Name, Name: name, Type: sf.Type}, index: sf.Index})
 	}
 	return p, nil
 }
 
-func (f field) label() string {
-	if f.name != "" {
-		return f.name
-	}
-	return f.goName
-}
-
 // lookup finds f's value in m.
 func (f field) lookup(m map[string]any) (any, bool) {
-	if f.name != "" {
-		v, ok := m[f.name]
+	if f.Name != "" {
+		v, ok := m[f.Name]
 		return v, ok
 	}
-	if v, ok := m[f.goName]; ok {
+	if v, ok := m[f.GoName]; ok {
 		return v, true
 	}
 	for k, v := range m {
-		if strings.EqualFold(k, f.goName) {
+		if f.Takes(k) {
 			return v, true
 		}
 	}
@@ -112,17 +102,13 @@ func (p *Plan) Fill(dst any, m map[string]any, what string) error {
 	for _, f := range p.fields {
 		v, ok := f.lookup(m)
 		if !ok {
-			return fmt.Errorf("%s field %s: the %s has no %s", p.typ, f.goName, what, quoteName(f))
+			return fmt.Errorf("%s field %s: the %s has no %q", p.typ, f.GoName, what, f.Label())
 		}
 		if err := Set(s.FieldByIndex(f.index), v); err != nil {
-			return fmt.Errorf("%s field %s: the %s's %s %w", p.typ, f.goName, what, quoteName(f), err)
+			return fmt.Errorf("%s field %s: the %s's %q %w", p.typ, f.GoName, what, f.Label(), err)
 		}
 	}
 	return nil
-}
-
-func quoteName(f field) string {
-	return fmt.Sprintf("%q", f.label())
 }
 
 var (
@@ -375,7 +361,7 @@ type Field struct {
 func (p *Plan) Fields() []Field {
 	out := make([]Field, len(p.fields))
 	for i, f := range p.fields {
-		out[i] = Field{GoName: f.goName, Name: f.name, Type: f.typ}
+		out[i] = f.Field
 	}
 	return out
 }
