@@ -102,6 +102,27 @@ type Consumer struct {
 	// within a quarter of the threshold (and at most a Heartbeat) after it
 	// is crossed, on the beat's own connection.
 	StuckAfter time.Duration
+	// Partitions, above 1, splits a Shared consumer into that many
+	// partitions: an event belongs to the partition PartitionOf(its key, N)
+	// — the key is PartitionKey's, by default the aggregate id — and each
+	// partition has a shard of its own (cursor, status, attempts), so the
+	// events of one stream are handled in order while different partitions
+	// run in parallel, in one process and across processes. The live
+	// processes share the partitions evenly (see docs/dispatcher.md). The
+	// count is stored with the shards when they are first created; changing
+	// it later is an operation (Ops.Repartition), and until then the
+	// stored count holds. 0 or 1: one shared shard, as before.
+	Partitions int
+	// PartitionKey names an event's stream for partitioning and parking;
+	// nil: the aggregate id. It must be a function of the event alone.
+	PartitionKey func(ev eventstore.Event) string
+	// Park, instead of stopping the shard when an event has failed
+	// MaxAttempts times, parks the event's stream (its PartitionKey): the
+	// stream's later events are passed over, every other stream goes on,
+	// and an operator retries the stream (its events from the failing one,
+	// in order) or skips the failing event (Ops.RetryParked,
+	// Ops.SkipParked). Not with SkipApplyErrors.
+	Park bool
 	// HandlerTimeout, when positive, bounds one handler call: past it the
 	// handler's context is cancelled, and when the handler then returns an
 	// error the pass counts a failed attempt with the last error "handler
@@ -133,6 +154,14 @@ func (c Consumer) validate() error {
 		return fmt.Errorf("consumer %s: set exactly one of Handle and HandleBatch", c.Name)
 	case c.StuckAfter < 0 || c.HandlerTimeout < 0:
 		return fmt.Errorf("consumer %s: StuckAfter and HandlerTimeout must not be negative", c.Name)
+	case c.Partitions < 0 || c.Partitions > MaxPartitions:
+		return fmt.Errorf("consumer %s: Partitions must be between 0 and %d", c.Name, MaxPartitions)
+	case c.Partitions > 1 && c.Delivery == feature.PerInstance:
+		return fmt.Errorf("consumer %s: a per-instance consumer cannot be partitioned", c.Name)
+	case c.Park && c.SkipApplyErrors:
+		return fmt.Errorf("consumer %s: Park and SkipApplyErrors exclude each other", c.Name)
+	case c.Park && c.HandleBatch != nil:
+		return fmt.Errorf("consumer %s: Park needs Handle: a batch's failure names no stream", c.Name)
 	}
 	return nil
 }
@@ -150,10 +179,10 @@ func (c Consumer) wants(typ string) bool {
 	return false
 }
 
-// instanceFor is the state row's instance id for this process.
-func (c Consumer) instanceFor(instanceID string) string {
-	if c.Delivery == feature.PerInstance {
-		return instanceID
+// key is ev's stream for partitioning and parking.
+func (c Consumer) key(ev eventstore.Event) string {
+	if c.PartitionKey != nil {
+		return c.PartitionKey(ev)
 	}
-	return SharedInstance
+	return ev.AggregateID.String()
 }

@@ -83,9 +83,14 @@ type Dispatcher struct {
 	wg                   sync.WaitGroup
 	started              bool
 	passes               lifecycle.Work // the passes running, by consumer
-	// running holds the handler call running now, per consumer name; the
-	// beat records those running past their threshold (see stuck.go).
+	// running holds the handler calls running now, per consumer name and
+	// shard; the beat records those running past their threshold (see
+	// stuck.go).
 	running map[string]*runningCall
+	bal     balancer
+	// reads shares what one pass of a consumer read with its other
+	// partitions' passes in this process (see window.go), by consumer.
+	reads map[string]*reads
 }
 
 // New returns a dispatcher for consumers on store.
@@ -93,8 +98,8 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 	if cfg.InstanceID == "" {
 		return nil, errors.New("event dispatcher: InstanceID is required")
 	}
-	if cfg.InstanceID == SharedInstance {
-		return nil, fmt.Errorf("event dispatcher: instance id %q is reserved", SharedInstance)
+	if strings.HasPrefix(cfg.InstanceID, "__") {
+		return nil, fmt.Errorf("event dispatcher: instance id %q is reserved: ids beginning with \"__\" name the dispatcher's own shards", cfg.InstanceID)
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 500 * time.Millisecond
@@ -122,7 +127,8 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 		cfg.TracerProvider = noop.NewTracerProvider()
 	}
 	e := &Dispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName),
-		sql: newQueries(store.Schema()), running: map[string]*runningCall{}}
+		sql: newQueries(store.Schema()), running: map[string]*runningCall{}, reads: map[string]*reads{},
+		bal: balancer{loops: map[string]map[string]*shardLoop{}, warn: map[string]bool{}, stored: map[string]int{}}}
 	seen := map[string]bool{}
 	for _, c := range consumers {
 		c = c.withDefaults()
@@ -138,6 +144,7 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 		seen[c.Name] = true
 		e.consumers = append(e.consumers, c)
 		e.running[c.Name] = &runningCall{}
+		e.reads[c.Name] = &reads{}
 	}
 	return e, nil
 }
@@ -160,8 +167,18 @@ func (e *Dispatcher) Register(ctx context.Context) error {
 			if c.StartFrom == feature.FromNow {
 				start = h.LastID
 			}
-			if _, err := tx.Exec(ctx, e.sql.register, c.Name, c.instanceFor(e.cfg.InstanceID), start); err != nil {
+			if c.Delivery == feature.PerInstance {
+				_, err = tx.Exec(ctx, e.sql.register, c.Name, e.cfg.InstanceID, start)
+			} else {
+				_, err = tx.Exec(ctx, e.sql.registerShared, c.Name, start, c.Partitions)
+			}
+			if err != nil {
 				return fmt.Errorf("consumer %s: %w", c.Name, err)
+			}
+		}
+		if shared := e.sharedNames(); len(shared) > 0 {
+			if _, err := tx.Exec(ctx, e.sql.memberJoin, shared, e.cfg.InstanceID); err != nil {
+				return fmt.Errorf("consumer members: %w", err)
 			}
 		}
 		return nil
@@ -172,12 +189,34 @@ func (e *Dispatcher) Register(ctx context.Context) error {
 	return nil
 }
 
-// RunPass runs one pass of the named consumer now, for tools and tests.
+// RunPass runs one pass of the named consumer now, for tools and tests: of
+// its shard for this process, or for a partitioned consumer one pass of
+// each partition in turn, whoever it is assigned to (their results summed:
+// Handled and the counts add up, More when any had more).
 func (e *Dispatcher) RunPass(ctx context.Context, name string) (PassResult, error) {
 	for _, c := range e.consumers {
-		if c.Name == name {
-			return e.pass(ctx, c, c.instanceFor(e.cfg.InstanceID), time.Now())
+		if c.Name != name {
+			continue
 		}
+		if c.Delivery == feature.PerInstance {
+			return e.pass(ctx, c, e.cfg.InstanceID, time.Now())
+		}
+		n, err := e.storedPartitions(ctx, name)
+		if err != nil {
+			return PassResult{}, err
+		}
+		if n == 0 {
+			return e.pass(ctx, c, SharedInstance, time.Now())
+		}
+		var sum PassResult
+		for k := range n {
+			res, err := e.pass(ctx, c, PartitionInstance(k), time.Now())
+			if err != nil {
+				return sum, err
+			}
+			sum.add(res)
+		}
+		return sum, nil
 	}
 	return PassResult{}, fmt.Errorf("no consumer %q", name)
 }
@@ -226,10 +265,24 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.heartbeat(runCtx, started) }()
 	for _, c := range e.consumers {
+		if c.Delivery != feature.PerInstance {
+			continue // started by rebalance, below
+		}
 		w := &waker{ch: make(chan struct{}, 1)}
 		e.wakers = append(e.wakers, w)
 		e.wg.Add(1)
-		go func() { defer e.wg.Done(); e.loop(runCtx, passCtx, c, w) }()
+		go func() { defer e.wg.Done(); e.loop(runCtx, passCtx, c, e.cfg.InstanceID, w) }()
+	}
+	e.mu.Unlock()
+	defer e.mu.Lock()
+	// The shared consumers' shards this process is assigned, then a look at
+	// the assignment every PollInterval.
+	if err := e.rebalance(ctx, runCtx, passCtx); err != nil {
+		return fmt.Errorf("event dispatcher: %w", err)
+	}
+	if len(e.sharedNames()) > 0 {
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); e.balanceLoop(runCtx, passCtx) }()
 	}
 	return nil
 }
@@ -251,6 +304,7 @@ func (e *Dispatcher) Stop(ctx context.Context) error {
 	}
 	cancel()
 	done := lifecycle.Done(&e.wg)
+	defer e.leave(ctx)
 	if lifecycle.Settle(ctx, done) {
 		cancelPasses()
 		return nil
@@ -264,6 +318,41 @@ func (e *Dispatcher) Stop(ctx context.Context) error {
 		return fmt.Errorf("event dispatcher: the loops did not end: %w", ctx.Err())
 	}
 	return nil
+}
+
+// storedPartitions is the partition count stored for the shared consumer
+// name, as this process last read it (rebalance reads it again every
+// PollInterval).
+func (e *Dispatcher) storedPartitions(ctx context.Context, name string) (int, error) {
+	e.bal.mu.Lock()
+	n, ok := e.bal.stored[name]
+	e.bal.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	ms, err := memberships(ctx, e.pool, e.sql.members, []string{name})
+	if err != nil {
+		return 0, err
+	}
+	e.bal.mu.Lock()
+	e.bal.stored[name] = ms[name].partitions
+	e.bal.mu.Unlock()
+	return ms[name].partitions, nil
+}
+
+// leave removes the process from the members of its shared consumers, so
+// that the others take over its partitions at their next look rather than
+// once it is stale. It is bounded by ctx and half a second; a failure only
+// delays the takeover.
+func (e *Dispatcher) leave(ctx context.Context) {
+	if len(e.sharedNames()) == 0 {
+		return
+	}
+	bound, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+	defer cancel()
+	if _, err := e.pool.Exec(bound, e.sql.memberLeave, e.cfg.InstanceID); err != nil {
+		e.cfg.Logger.Warn("event dispatcher: leaving the consumers' members failed; others take over once this instance is stale", "err", err)
+	}
 }
 
 // waker wakes one consumer's loop and remembers when it was first woken
@@ -307,8 +396,7 @@ func (e *Dispatcher) woken(w *waker) time.Time {
 // start (a poll, or the next batch of a backlog). While events stay
 // undelivered — a full batch, a gap, a failure — the next pass keeps the
 // earlier time.
-func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, w *waker) {
-	instance := c.instanceFor(e.cfg.InstanceID)
+func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance string, w *waker) {
 	var (
 		ceiling time.Duration // of the backoff; 0 while passes succeed
 		pending time.Time     // when events still undelivered were first known; zero: none
@@ -357,6 +445,7 @@ func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, w *waker) {
 			}
 			e.metrics.gapWait(c.Name, instance, res.GapWait)
 			e.metrics.expired(c.Name, instance, res.Expired)
+			e.metrics.parkedNow(c.Name, instance, res.Parked)
 		}
 		woken := w.ch
 		if ceiling > 0 {

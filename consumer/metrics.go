@@ -21,6 +21,8 @@ type metrics struct {
 	expiry    *prometheus.GaugeVec
 	stale     *prometheus.GaugeVec
 	stuckNow  *prometheus.GaugeVec
+	parked    *prometheus.GaugeVec
+	parkings  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
@@ -68,11 +70,18 @@ func newMetrics(reg prometheus.Registerer, instance string) (*metrics, error) {
 			Name: "kumiko_event_consumer_stuck",
 			Help: "1 while a handler call of the consumer in this process (instance_id) has run past the consumer's StuckAfter; 0 otherwise. GET /api/consumers and `consumer list` show the shard as stuck, with the event and since when.",
 		}, labels),
+		parked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kumiko_event_consumer_parked_streams",
+			Help: "Streams parked on a consumer shard (Consumer.Park): an event of each failed every attempt, and the stream's later events wait for an operator's retry or skip. As of the shard's last pass in this process.",
+		}, labels),
+		parkings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kumiko_event_consumer_streams_parked_total", Help: "Streams this process parked, by consumer.",
+		}, labels),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.delivery, m.position, m.lag, m.gap, m.expiry, m.stale, m.stuckNow} {
+	for _, c := range []prometheus.Collector{m.processed, m.failures, m.latency, m.delivery, m.position, m.lag, m.gap, m.expiry, m.stale, m.stuckNow, m.parked, m.parkings} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -108,6 +117,24 @@ func (m *metrics) gapWait(consumer, instance string, wait time.Duration) {
 
 func (m *metrics) expired(consumer, instance string, expired bool) {
 	m.expiry.WithLabelValues(consumer, instance).Set(gaugeFlag(expired))
+}
+
+// parkedNow sets the streams parked on a shard.
+func (m *metrics) parkedNow(consumer, instance string, n int) {
+	m.parked.WithLabelValues(consumer, instance).Set(float64(n))
+}
+
+// parkedOne counts a stream parked by this process.
+func (m *metrics) parkedOne(consumer string) {
+	m.parkings.WithLabelValues(consumer, m.instance).Inc()
+}
+
+// forget drops the series of a shard this process no longer passes (a
+// partition now assigned to another process).
+func (m *metrics) forget(consumer, instance string) {
+	for _, g := range []*prometheus.GaugeVec{m.position, m.lag, m.gap, m.expiry, m.parked} {
+		g.DeleteLabelValues(consumer, instance)
+	}
 }
 
 // stuck sets whether a handler call of consumer in this process runs past

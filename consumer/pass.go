@@ -37,6 +37,46 @@ type shard struct {
 	prunedAck, pruned, expiredUpTo int64
 	// head is the newest committed event id the pass's lock saw.
 	head int64
+	// partition and partitions: the shard is partition `partition` of
+	// `partitions` (0: not a partition); fence, when positive, is an id the
+	// shard does not pass (a repartition drains the partitions to it).
+	partition, partitions int
+	fence                 int64
+	// parked are the streams parked on the shard; actions reports that an
+	// operator asked to retry or skip some of them.
+	parked  []string
+	actions bool
+}
+
+// limit is how many events a pass of the shard reads: a partition reads
+// for all of its consumer's partitions (see reads), so that each finds
+// about a batch of its own.
+func (sh shard) limit(c Consumer) int {
+	if sh.partitions > 0 {
+		return min(c.BatchSize*sh.partitions, maxPartitionRead)
+	}
+	return c.BatchSize
+}
+
+// maxPartitionRead bounds what a partition's pass reads at once.
+const maxPartitionRead = 10000
+
+// taker is what the shard's pass hands to c: events of its types, of its
+// partition, of no parked stream.
+func (sh shard) taker(c Consumer) func(ev eventstore.Event) bool {
+	if sh.partitions == 0 && len(sh.parked) == 0 {
+		return func(ev eventstore.Event) bool { return c.wants(ev.Type) }
+	}
+	return func(ev eventstore.Event) bool {
+		if !c.wants(ev.Type) {
+			return false
+		}
+		key := c.key(ev)
+		if sh.partitions > 0 && PartitionOf(key, sh.partitions) != sh.partition {
+			return false
+		}
+		return !slices.Contains(sh.parked, key)
+	}
 }
 
 // expires reports whether a prune removed events of the consumer's types
@@ -80,9 +120,27 @@ type PassResult struct {
 	// commit — as of this pass; 0 when it is not waiting.
 	GapWait time.Duration
 
+	// Parked counts the streams parked on the shard after the pass.
+	Parked int
+
 	applied  []eventstore.Event // for the metrics, once committed
 	failures int
 	waiting  bool // committed events are held back behind a gap
+}
+
+// add sums b into r: what passes of several shards did.
+func (r *PassResult) add(b PassResult) {
+	r.Locked = r.Locked || b.Locked
+	r.Handled += b.Handled
+	r.Cursor = max(r.Cursor, b.Cursor)
+	r.Head = max(r.Head, b.Head)
+	r.More = r.More || b.More
+	if r.Failed == nil {
+		r.Failed = b.Failed
+	}
+	r.Expired = r.Expired || b.Expired
+	r.GapWait = max(r.GapWait, b.GapWait)
+	r.Parked += b.Parked
 }
 
 // pass runs one pass of consumer c on its shard for instance: lock the state
@@ -141,10 +199,16 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 			res.Expired = sh.status == StatusExpired
 			return nil
 		default:
+			if sh.actions {
+				if err := e.resolveParked(ctx, tx, c, instance, &sh); err != nil {
+					return err
+				}
+			}
 			if waiting, newGap, err = e.deliver(ctx, tx, c, instance, &sh, careful, timedOut, &res); err != nil {
 				return err
 			}
 		}
+		res.Parked = len(sh.parked)
 		res.Expired, res.waiting = sh.status == StatusExpired, waiting
 		if sh.unchanged(before, waiting, newGap) {
 			return nil // an idle pass writes nothing
@@ -173,7 +237,8 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 // handler ends it with errHandlerFailed, wrapping the handler's error.
 // timedOut is the call that timed out in the run before (see apply).
 func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer, instance string, sh *shard, careful bool, timedOut *timeoutError, res *PassResult) (waiting, newGap bool, err error) {
-	h, settled, evs, err := e.read(ctx, tx, c, sh)
+	limit := sh.limit(c)
+	h, settled, evs, err := e.readShared(ctx, tx, c, sh, limit)
 	if err != nil {
 		return false, false, err
 	}
@@ -184,7 +249,7 @@ func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer,
 		ctx, span = e.startPass(ctx, c.Name, instance, deliver)
 		defer func() { endPass(span, res, err) }()
 	}
-	applied, next, failures, failed := e.apply(ctx, tx, c, instance, sh.cursor, deliver, careful, timedOut)
+	applied, next, failures, failed, failedEv := e.apply(ctx, tx, c, instance, sh.cursor, deliver, sh.taker(c), careful, timedOut)
 	if failed != nil && !careful {
 		return false, false, fmt.Errorf("%w: %w", errHandlerFailed, failed)
 	}
@@ -194,18 +259,22 @@ func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer,
 	case failed != nil && !c.SkipApplyErrors:
 		sh.attempts++
 		sh.lastError = author.Storable(failed.Error(), 2000)
-		if sh.attempts >= c.MaxAttempts {
+		if sh.attempts >= c.MaxAttempts && c.Park && failedEv.ID > 0 {
+			// Park the event's stream and go on with the others.
+			e.park(tx, c, instance, sh, failedEv)
+			next, res.Failed, res.More = failedEv.ID, nil, true
+		} else if sh.attempts >= c.MaxAttempts {
 			sh.status = StatusDead
 		}
 	case len(deliver) > 0:
 		sh.attempts, sh.lastError = 0, ""
 	}
-	if failed == nil && len(deliver) == len(evs) && len(evs) < c.BatchSize {
+	if failed == nil && len(deliver) == len(evs) && len(evs) < limit {
 		// Everything visible up to the settled point is done: what is
 		// missing below it will never appear.
 		next = max(next, min(settled, h.LastID))
 	}
-	res.More = len(evs) == c.BatchSize && (failed == nil || c.SkipApplyErrors)
+	res.More = res.More || len(evs) == limit && (failed == nil || c.SkipApplyErrors)
 	waiting = len(deliver) < len(evs) && (failed == nil || c.SkipApplyErrors)
 	newGap = len(deliver) < len(evs) && (sh.gapHorizon <= next || overlapsNone(sh.gapWriters, h.Writers))
 	if newGap {
@@ -233,9 +302,13 @@ func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer,
 // so the cursor never moves past an id that was not read. Otherwise the read
 // is done again the safe way: the horizon first, then the events up to its
 // LastID, read by a later statement than the one that saw the writers.
-func (e *Dispatcher) read(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard) (h eventstore.Horizon, settled int64, evs []eventstore.Event, err error) {
+func (e *Dispatcher) read(ctx context.Context, tx pgx.Tx, sh *shard, limit int) (h eventstore.Horizon, settled int64, evs []eventstore.Event, err error) {
+	upTo := int64(math.MaxInt64)
+	if sh.fence > 0 {
+		upTo = sh.fence
+	}
 	if sh.gapHorizon == 0 {
-		evs, err = e.store.ReadRangeTx(ctx, tx, sh.cursor, math.MaxInt64, c.BatchSize)
+		evs, err = e.store.ReadRangeTx(ctx, tx, sh.cursor, upTo, limit)
 		if err != nil {
 			return h, 0, nil, err
 		}
@@ -248,11 +321,52 @@ func (e *Dispatcher) read(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard)
 	if h, err = e.store.HorizonTx(ctx, tx); err != nil {
 		return h, 0, nil, err
 	}
-	evs, err = e.store.ReadRangeTx(ctx, tx, sh.cursor, h.LastID, c.BatchSize)
+	evs, err = e.store.ReadRangeTx(ctx, tx, sh.cursor, min(h.LastID, upTo), limit)
 	if err != nil {
 		return h, 0, nil, err
 	}
-	return h, sh.settled(h), evs, nil
+	settled = sh.settled(h)
+	if sh.fence > 0 {
+		settled = min(settled, sh.fence)
+	}
+	return h, settled, evs, nil
+}
+
+// readShared is read for a partition of a partitioned consumer through its
+// reads (see window.go): it takes what another pass of the consumer in this
+// process found complete, or reads and shares what it finds complete.
+func (e *Dispatcher) readShared(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard, limit int) (h eventstore.Horizon, settled int64, evs []eventstore.Event, err error) {
+	if sh.partitions == 0 {
+		return e.read(ctx, tx, sh, limit)
+	}
+	w, ok, publish := e.reads[c.Name].get(sh.cursor)
+	if ok {
+		evs, to := w.take(sh.cursor, sh.fence, limit)
+		return eventstore.Horizon{LastID: to}, to, evs, nil
+	}
+	h, settled, evs, err = e.read(ctx, tx, sh, limit)
+	if err != nil {
+		publish(window{}, false)
+		return h, settled, evs, err
+	}
+	// Complete: up to the settled point when everything read lies below
+	// it, else up to the last event delivered.
+	deliver := deliverable(evs, sh.cursor, settled)
+	to := sh.cursor
+	switch {
+	case len(deliver) == len(evs) && len(evs) < limit:
+		to = max(sh.cursor, min(settled, h.LastID))
+		if len(evs) > 0 {
+			to = max(to, evs[len(evs)-1].ID)
+		}
+	case len(deliver) > 0:
+		to = deliver[len(deliver)-1].ID
+	}
+	if sh.fence > 0 {
+		to = min(to, sh.fence)
+	}
+	publish(window{from: sh.cursor, to: to, evs: deliver}, true)
+	return h, settled, evs, nil
 }
 
 // settled is how far the log is settled for the shard as of h: every id up
@@ -295,14 +409,14 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 		head   int64
 	)
 	err = tx.QueryRow(ctx, e.sql.passLock, c.Name, instance, c.Types).Scan(&locked, &head, &sh.pruned, &sh.cursor, &sh.status, &sh.attempts, &sh.lastError,
-		&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt, &sh.prunedAck)
+		&sh.gapHorizon, &sh.gapWriters, &sh.gapWait, &sh.updatedAt, &sh.prunedAck, &sh.partition, &sh.partitions, &sh.fence, &sh.parked, &sh.actions)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return sh, false, nil
 	case err != nil:
 		return sh, false, fmt.Errorf("lock %s/%s: %w", c.Name, instance, err)
-	case !locked && sh.status == StatusIdle && sh.gapHorizon == 0 && sh.cursor >= head && !sh.expires():
-		res.Locked, res.Cursor, res.Head = true, sh.cursor, head
+	case !locked && sh.status == StatusIdle && sh.gapHorizon == 0 && sh.cursor >= head && !sh.expires() && !sh.actions:
+		res.Locked, res.Cursor, res.Head, res.Parked = true, sh.cursor, head, len(sh.parked)
 		return sh, false, nil
 	case !locked && sh.status != StatusDisabled && sh.status != StatusExpired:
 		return sh, false, nil
@@ -324,7 +438,9 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 // the consumer's HandlerTimeout (see Dispatcher.call); the call timedOut
 // (from the run before, nil if none) is not made again: it fails at once
 // with its error.
-func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, instance string, cursor int64, evs []eventstore.Event, careful bool, timedOut *timeoutError) (applied []eventstore.Event, next int64, failures int, failed error) {
+func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, instance string, cursor int64, evs []eventstore.Event,
+	take func(eventstore.Event) bool, careful bool, timedOut *timeoutError,
+) (applied []eventstore.Event, next int64, failures int, failed error, failedEv eventstore.Event) {
 	next = cursor
 	guard := author.Savepoint
 	if !careful {
@@ -333,7 +449,7 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 	if c.HandleBatch != nil {
 		var wanted []eventstore.Event
 		for _, ev := range evs {
-			if c.wants(ev.Type) {
+			if take(ev) {
 				wanted = append(wanted, ev)
 			}
 		}
@@ -348,7 +464,7 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 			})
 			if err != nil {
 				if !careful || !c.SkipApplyErrors {
-					return nil, cursor, len(wanted), err
+					return nil, cursor, len(wanted), err, eventstore.Event{}
 				}
 				failed, failures = err, len(wanted)
 			} else {
@@ -358,7 +474,7 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 		if len(evs) > 0 {
 			next = evs[len(evs)-1].ID
 		}
-		return applied, next, failures, failed
+		return applied, next, failures, failed, eventstore.Event{}
 	}
 	var db pgx.Tx = tx
 	queued := c.Pipelined && !careful
@@ -366,7 +482,7 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 		db = tx.Queued()
 	}
 	for _, ev := range evs {
-		if c.wants(ev.Type) {
+		if take(ev) {
 			err := guard(ctx, db, func(sp pgx.Tx) error {
 				if timedOut != nil && timedOut.eventID == ev.ID {
 					return timedOut
@@ -379,7 +495,7 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 				err = fmt.Errorf("event %d (%s): %w", ev.ID, ev.Type, err)
 				failures++
 				if !careful || !c.SkipApplyErrors {
-					return applied, next, failures, err
+					return applied, next, failures, err, ev
 				}
 				failed = err
 			} else {
@@ -390,10 +506,10 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 	}
 	if queued {
 		if err := tx.Flush(ctx); err != nil {
-			return nil, cursor, 1, fmt.Errorf("queued statements of the pass: %w", err)
+			return nil, cursor, 1, fmt.Errorf("queued statements of the pass: %w", err), eventstore.Event{}
 		}
 	}
-	return applied, next, failures, failed
+	return applied, next, failures, failed, eventstore.Event{}
 }
 
 // startPass starts the span of a pass that has events to look at, linked to

@@ -15,7 +15,13 @@ import (
 // SQL functions kumiko_log_*.
 type queries struct {
 	// The passes.
-	registerLock, register, passLock, save string
+	registerLock, register, registerShared, passLock, save string
+	// The members of shared consumers (see partition.go).
+	members, memberJoin, memberLeave string
+	// Parked streams (see park.go).
+	parkedActions, park, unpark, parkFailed, parkedList, parkedAct string
+	// Resets and repartitions (see reset.go).
+	positionAt, reset, resetParked, audit, fence, unfence, shardsOf, dropShards, insertPartitions, moveParked, parkedStreams string
 	// Instance liveness (see liveness.go).
 	beat, stuckClear, stuckInsert, instances, gcTimeout, gcLockShards, gcLock, gcStale, gcCount, gcShards, gcInstances string
 	// The operations.
@@ -31,18 +37,36 @@ func newQueries(schema string) queries {
 		"{consumers}", pgx.Identifier{schema, "kumiko_event_consumers"}.Sanitize(),
 		"{instances}", pgx.Identifier{schema, "kumiko_instances"}.Sanitize(),
 		"{stuck}", pgx.Identifier{schema, "kumiko_consumer_stuck"}.Sanitize(),
+		"{members}", pgx.Identifier{schema, "kumiko_consumer_members"}.Sanitize(),
+		"{parked}", pgx.Identifier{schema, "kumiko_consumer_parked"}.Sanitize(),
+		"{audit}", pgx.Identifier{schema, "kumiko_consumer_audit"}.Sanitize(),
+		"{events}", pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
 		"{log}", pgx.Identifier{schema}.Sanitize()+".kumiko_log",
 	)
 	const cols = `c.last_processed_event_id, c.status, c.attempts, c.last_error, c.gap_horizon, c.gap_writers,
-	EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since)::float8, c.updated_at, c.pruned_ack`
+	EXTRACT(EPOCH FROM clock_timestamp() - c.gap_since)::float8, c.updated_at, c.pruned_ack,
+	c.partition, c.partitions, c.fence,
+	ARRAY(SELECT p.stream FROM {parked} p WHERE p.name = c.name AND p.shard = c.instance_id),
+	EXISTS (SELECT 1 FROM {parked} p WHERE p.name = c.name AND p.shard = c.instance_id AND p.action <> '')`
 	q := queries{
 		// ROW EXCLUSIVE conflicts with the prune's SHARE lock: a
 		// registration waits for a running prune to commit, and a new
 		// shard then accepts every prune recorded so far (it starts on
 		// the events that remain).
-		registerLock: r.Replace(`LOCK TABLE {consumers} IN ROW EXCLUSIVE MODE`),
+		// SHARE ROW EXCLUSIVE also keeps two processes apart that register
+		// a new shared consumer's shards at once: the first creates them,
+		// the second finds them.
+		registerLock: r.Replace(`LOCK TABLE {consumers} IN SHARE ROW EXCLUSIVE MODE`),
 		register: r.Replace(`INSERT INTO {consumers} (name, instance_id, last_processed_event_id, pruned_ack)
 VALUES ($1, $2, $3, {log}_pruned_up_to(NULL))
+ON CONFLICT (name, instance_id) DO NOTHING`),
+		// A shared consumer's shards — the shared one, or $4 partitions
+		// — unless it has some already: then the stored kind and count hold.
+		registerShared: r.Replace(`INSERT INTO {consumers} (name, instance_id, last_processed_event_id, pruned_ack, partition, partitions)
+SELECT $1, CASE WHEN $3 <= 1 THEN '` + SharedInstance + `' ELSE '` + partitionPrefix + `' || k || '__' END, $2, {log}_pruned_up_to(NULL),
+	k, CASE WHEN $3 <= 1 THEN 0 ELSE $3 END
+FROM generate_series(0, GREATEST($3, 1) - 1) k
+WHERE NOT EXISTS (SELECT 1 FROM {consumers} WHERE name = $1 AND (instance_id = '` + SharedInstance + `' OR partitions > 0))
 ON CONFLICT (name, instance_id) DO NOTHING`),
 		// The row is locked only when a pass may have something to do: a
 		// disabled shard, or an idle one with no gap recorded and no
@@ -62,7 +86,8 @@ l AS (
 	SELECT ` + cols + ` FROM {consumers} c, h
 	WHERE c.name = $1 AND c.instance_id = $2
 		AND c.status NOT IN ('disabled', 'expired') AND NOT (c.status = 'idle' AND c.gap_horizon = 0 AND c.last_processed_event_id >= h.head
-			AND NOT (h.pruned > c.last_processed_event_id AND h.pruned > c.pruned_ack))
+			AND NOT (h.pruned > c.last_processed_event_id AND h.pruned > c.pruned_ack)
+			AND NOT EXISTS (SELECT 1 FROM {parked} p WHERE p.name = c.name AND p.shard = c.instance_id AND p.action <> ''))
 	FOR UPDATE OF c SKIP LOCKED)
 SELECT true, h.head, h.pruned, l.* FROM l, h
 UNION ALL
@@ -98,7 +123,7 @@ SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
 		WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY (c.gap_writers) AND l.granted AND l.pid IS NOT NULL ORDER BY l.pid)
 	ELSE '{}'::int[] END,
 	c.updated_at, c.expired_up_to,
-	CASE WHEN c.instance_id = '` + SharedInstance + `' THEN '' WHEN i.instance_id IS NULL THEN 'unknown'
+	CASE WHEN c.instance_id = '` + SharedInstance + `' OR c.partitions > 0 THEN '' WHEN i.instance_id IS NULL THEN 'unknown'
 		WHEN ` + staleExpr + ` THEN 'stale' ELSE 'live' END,
 	i.last_seen,
 	COALESCE(st.event_id, 0), COALESCE(st.instance_id, ''), st.since,
@@ -168,7 +193,54 @@ WHERE name = $1`)
 INSERT INTO {consumers} (name, instance_id, last_processed_event_id, pruned_ack) VALUES ($1, $2, $3, {log}_pruned_up_to(NULL))`)
 	q.lowestCursor = r.Replace(`SELECT COALESCE(min(last_processed_event_id), 0) FROM {consumers} WHERE name = $1`)
 	q.liveness(r)
+	q.partitioning(r, staleNow)
 	return q
+}
+
+// partitioning sets the statements of members, parked streams, resets and
+// repartitions.
+func (q *queries) partitioning(r *strings.Replacer, stale string) {
+	// Byte order (COLLATE "C"), as Go sorts: every process computes the
+	// same assignment from the same members.
+	q.members = r.Replace(`
+SELECT n.name, COALESCE((SELECT max(c.partitions) FROM {consumers} c WHERE c.name = n.name), 0),
+	ARRAY(SELECT m.instance_id FROM {members} m JOIN {instances} i ON i.instance_id = m.instance_id
+		WHERE m.name = n.name AND NOT (` + stale + `) ORDER BY m.instance_id COLLATE "C")
+FROM unnest($1::text[]) AS n(name)`)
+	q.memberJoin = r.Replace(`INSERT INTO {members} (name, instance_id) SELECT unnest($1::text[]), $2 ON CONFLICT DO NOTHING`)
+	q.memberLeave = r.Replace(`DELETE FROM {members} WHERE instance_id = $1`)
+
+	q.parkedActions = r.Replace(`SELECT stream, event_id, action FROM {parked} WHERE name = $1 AND shard = $2 AND action <> '' ORDER BY event_id`)
+	q.park = r.Replace(`INSERT INTO {parked} (name, shard, stream, event_id, event_type, last_error, attempts) VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (name, shard, stream) DO UPDATE SET event_id = EXCLUDED.event_id, event_type = EXCLUDED.event_type,
+	last_error = EXCLUDED.last_error, attempts = EXCLUDED.attempts, action = '', since = now()`)
+	q.unpark = r.Replace(`DELETE FROM {parked} WHERE name = $1 AND shard = $2 AND stream = $3`)
+	q.parkFailed = r.Replace(`UPDATE {parked} SET action = '', event_id = $4, event_type = $5, last_error = $6, attempts = attempts + 1
+WHERE name = $1 AND shard = $2 AND stream = $3`)
+	q.parkedList = r.Replace(`SELECT name, shard, stream, event_id, event_type, last_error, attempts, since, action FROM {parked}
+WHERE $1 = '' OR name = $1 ORDER BY name, since, stream`)
+	q.parkedAct = r.Replace(`UPDATE {parked} SET action = $3 WHERE name = $1 AND stream = $2
+RETURNING name, shard, stream, event_id, event_type, last_error, attempts, since, action`)
+
+	q.positionAt = r.Replace(`SELECT COALESCE(max(id), 0) FROM {events} WHERE created_at < $1`)
+	q.shardsOf = r.Replace(`SELECT instance_id, last_processed_event_id, status, partitions FROM {consumers} WHERE name = $1
+ORDER BY instance_id FOR UPDATE`)
+	q.reset = r.Replace(`UPDATE {consumers} SET last_processed_event_id = $2, status = CASE WHEN status = 'disabled' THEN status ELSE 'idle' END,
+	attempts = 0, last_error = '', gap_horizon = 0, gap_writers = '{}', gap_since = NULL, fence = 0, expired_up_to = 0,
+	pruned_ack = GREATEST(pruned_ack, {log}_pruned_up_to(NULL)), updated_at = now()
+WHERE name = $1`)
+	q.resetParked = r.Replace(`DELETE FROM {parked} WHERE name = $1 AND event_id > $2`)
+	q.audit = r.Replace(`INSERT INTO {audit} (name, action, actor, detail) VALUES ($1, $2, $3, $4)`)
+	q.fence = r.Replace(`UPDATE {consumers} SET fence = $2, updated_at = now() WHERE name = $1`)
+	q.unfence = r.Replace(`UPDATE {consumers} SET fence = 0, updated_at = now() WHERE name = $1`)
+	q.dropShards = r.Replace(`DELETE FROM {consumers} WHERE name = $1`)
+	q.insertPartitions = r.Replace(`INSERT INTO {consumers} (name, instance_id, last_processed_event_id, pruned_ack, partition, partitions)
+SELECT $1, CASE WHEN $3 <= 1 THEN '` + SharedInstance + `' ELSE '` + partitionPrefix + `' || k || '__' END, $2, {log}_pruned_up_to(NULL),
+	k, CASE WHEN $3 <= 1 THEN 0 ELSE $3 END
+FROM generate_series(0, GREATEST($3, 1) - 1) k`)
+	q.parkedStreams = r.Replace(`SELECT stream FROM {parked} WHERE name = $1`)
+	q.moveParked = r.Replace(`UPDATE {parked} SET shard = u.shard FROM unnest($2::text[], $3::text[]) AS u(stream, shard)
+WHERE name = $1 AND {parked}.stream = u.stream`)
 }
 
 // staleExpr tells a stale instance row i: its last beat is older than the
@@ -202,7 +274,7 @@ SELECT i.instance_id, i.host, i.version, i.started_at, i.last_seen, ` + strings.
 FROM {instances} i
 UNION ALL
 SELECT DISTINCT c.instance_id, '', '', NULL::timestamptz, NULL::timestamptz, true, false FROM {consumers} c
-WHERE c.instance_id <> '` + SharedInstance + `' AND NOT EXISTS (SELECT 1 FROM {instances} i WHERE i.instance_id = c.instance_id)
+WHERE c.instance_id <> '` + SharedInstance + `' AND c.partitions = 0 AND NOT EXISTS (SELECT 1 FROM {instances} i WHERE i.instance_id = c.instance_id)
 ORDER BY 1`)
 	// A gc waits for a running prune (whose SHARE lock conflicts with
 	// ROW EXCLUSIVE) before it locks the instances, so beats are not held
@@ -223,9 +295,10 @@ ORDER BY 1`)
 SELECT i.instance_id FROM {instances} i WHERE ` + staleExpr + `
 UNION
 SELECT DISTINCT c.instance_id FROM {consumers} c
-WHERE $2 AND c.instance_id <> '` + SharedInstance + `' AND NOT EXISTS (SELECT 1 FROM {instances} i WHERE i.instance_id = c.instance_id)
+WHERE $2 AND c.instance_id <> '` + SharedInstance + `' AND c.partitions = 0 AND NOT EXISTS (SELECT 1 FROM {instances} i WHERE i.instance_id = c.instance_id)
 ORDER BY 1`)
-	q.gcCount = r.Replace(`SELECT count(*) FROM {consumers} WHERE instance_id = ANY($1) AND instance_id <> '` + SharedInstance + `'`)
-	q.gcShards = r.Replace(`DELETE FROM {consumers} WHERE instance_id = ANY($1) AND instance_id <> '` + SharedInstance + `'`)
-	q.gcInstances = r.Replace(`DELETE FROM {instances} WHERE instance_id = ANY($1)`)
+	q.gcCount = r.Replace(`SELECT count(*) FROM {consumers} WHERE instance_id = ANY($1) AND instance_id <> '` + SharedInstance + `' AND partitions = 0`)
+	q.gcShards = r.Replace(`DELETE FROM {consumers} WHERE instance_id = ANY($1) AND instance_id <> '` + SharedInstance + `' AND partitions = 0`)
+	q.gcInstances = r.Replace(`WITH m AS (DELETE FROM {members} WHERE instance_id = ANY($1))
+DELETE FROM {instances} WHERE instance_id = ANY($1)`)
 }

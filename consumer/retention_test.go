@@ -233,7 +233,7 @@ func TestPruneRacingRegistration(t *testing.T) {
 	registered := make(chan error, 1)
 	go func() { registered <- lateD.Register(ctx) }()
 	require.Eventually(t, func() bool {
-		return db.Count(t, `SELECT count(*) FROM pg_locks WHERE relation = 'kumiko_event_consumers'::regclass AND mode = 'RowExclusiveLock' AND NOT granted`) == 1
+		return db.Count(t, `SELECT count(*) FROM pg_locks WHERE relation = 'kumiko_event_consumers'::regclass AND mode = 'ShareRowExclusiveLock' AND NOT granted`) == 1
 	}, 10*time.Second, 5*time.Millisecond, "the registration waits on the consumer table")
 	select {
 	case err := <-registered:

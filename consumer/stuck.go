@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,33 +19,36 @@ const DefaultStuckAfter = 30 * time.Second
 // Dispatcher.stuckCheck).
 const minStuckCheck = 10 * time.Millisecond
 
-// runningCall is the handler call a consumer's pass runs now in this
-// process. A pass runs its handler calls one after the other, so one slot
-// per consumer is enough; the beat reads it from its own goroutine.
+// runningCall is the handler calls a consumer's passes run now in this
+// process, by shard: a pass runs its handler calls one after the other, and
+// a consumer's partitions pass in parallel. The beat reads it from its own
+// goroutine.
 type runningCall struct {
-	mu       sync.Mutex
-	instance string // the shard's instance id
-	eventID  int64  // the event handled (the first of a batch); 0: none running
-	since    time.Time
+	mu    sync.Mutex
+	calls map[string]running // by the shard's instance id
+}
+
+// running is one handler call: the event handled (the first of a batch)
+// and since when.
+type running struct {
+	eventID int64
+	since   time.Time
 }
 
 // begin records that a call on eventID of the shard instance starts now.
 func (r *runningCall) begin(instance string, eventID int64) {
-	if r == nil {
-		return
-	}
 	r.mu.Lock()
-	r.instance, r.eventID, r.since = instance, eventID, time.Now()
+	if r.calls == nil {
+		r.calls = map[string]running{}
+	}
+	r.calls[instance] = running{eventID: eventID, since: time.Now()}
 	r.mu.Unlock()
 }
 
-// end records that the call has returned.
-func (r *runningCall) end() {
-	if r == nil {
-		return
-	}
+// end records that the shard's call has returned.
+func (r *runningCall) end(instance string) {
 	r.mu.Lock()
-	r.eventID = 0
+	delete(r.calls, instance)
 	r.mu.Unlock()
 }
 
@@ -63,14 +67,17 @@ func (e *Dispatcher) stuckCalls(now time.Time) []stuckCall {
 	var out []stuckCall
 	for _, c := range e.consumers {
 		r := e.running[c.Name]
+		var calls []stuckCall
 		r.mu.Lock()
-		call := stuckCall{name: c.Name, instance: r.instance, eventID: r.eventID, since: r.since}
-		r.mu.Unlock()
-		stuck := call.eventID != 0 && now.Sub(call.since) >= c.StuckAfter
-		e.metrics.stuck(c.Name, stuck)
-		if stuck {
-			out = append(out, call)
+		for instance, call := range r.calls {
+			if now.Sub(call.since) >= c.StuckAfter {
+				calls = append(calls, stuckCall{name: c.Name, instance: instance, eventID: call.eventID, since: call.since})
+			}
 		}
+		r.mu.Unlock()
+		slices.SortFunc(calls, func(a, b stuckCall) int { return strings.Compare(a.instance, b.instance) })
+		e.metrics.stuck(c.Name, len(calls) > 0)
+		out = append(out, calls...)
 	}
 	return out
 }
@@ -133,7 +140,7 @@ func (t *timeoutError) Unwrap() error { return t.err }
 func (e *Dispatcher) call(ctx context.Context, c Consumer, instance string, eventID int64, fn func(context.Context) error) error {
 	r := e.running[c.Name]
 	r.begin(instance, eventID)
-	defer r.end()
+	defer r.end(instance)
 	if c.HandlerTimeout <= 0 {
 		return fn(ctx)
 	}

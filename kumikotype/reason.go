@@ -94,6 +94,21 @@ const (
 	// ReasonConsumerLagging: a consumer has not processed the events a
 	// prune would remove (unprocessable).
 	ReasonConsumerLagging Reason = "consumer_lagging"
+	// ReasonStreamNotParked: the consumer has no such parked stream
+	// (not_found).
+	ReasonStreamNotParked Reason = "stream_not_parked"
+	// ReasonResetUnsafe: a reset that would leave what the consumer wrote
+	// inconsistent with its cursor, or repeat side effects unconfirmed
+	// (unprocessable; the detail names the safe choices).
+	ReasonResetUnsafe Reason = "reset_unsafe"
+	// ReasonInvalidOperation: a consumer operation's arguments are wrong
+	// (a position beyond the log, a partition count out of range, no
+	// actor; validation_error or unprocessable).
+	ReasonInvalidOperation Reason = "invalid_operation"
+	// ReasonRepartitionBlocked: a repartition cannot drain the consumer's
+	// shards (one is dead, disabled or expired, or they did not reach the
+	// fence in time); nothing changed (unprocessable).
+	ReasonRepartitionBlocked Reason = "repartition_blocked"
 )
 
 // Reasons of integration events.

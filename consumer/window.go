@@ -1,0 +1,120 @@
+package consumer
+
+import (
+	"sync"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+)
+
+// A partitioned consumer's partitions read the same log: the events after
+// their cursors, all types, judged against the same horizon. Their cursors
+// move together — every pass moves its cursor to where the log is settled,
+// whatever its own events — so in one process they mostly ask for the same
+// stretch at once. reads lets one pass read a stretch and the others take
+// it: the log is read once per process, not once per partition.
+//
+// What is shared is only what a pass found complete: a window (from, to]
+// holds every event that will ever be committed with an id in it. That is a
+// fact about the log, not about the pass that read it — ids up to a settled
+// point never change — so any pass of the consumer whose cursor lies in the
+// window may deliver from it, in its own transaction, under its own row
+// lock. A pass whose cursor lies in no window reads for itself, and others
+// wanting the same stretch wait for its read.
+
+// maxWindows is how many windows a consumer keeps; a partition further
+// behind than they reach reads for itself.
+const maxWindows = 4
+
+// window is a stretch of the log found complete: every event with
+// from < id ≤ to, in id order.
+type window struct {
+	from, to int64
+	evs      []eventstore.Event
+}
+
+// reads is one consumer's shared windows and the reads in flight.
+type reads struct {
+	mu       sync.Mutex
+	windows  []window         // newest last
+	inflight map[int64]*fetch // by the cursor read after
+}
+
+// fetch is a read in flight; done closes when it is over, ok tells whether
+// it found a window.
+type fetch struct {
+	done chan struct{}
+	w    window
+	ok   bool
+}
+
+// take returns the events after cursor up to upTo (0: no bound), at most
+// limit, from a window that holds cursor, and how far the answer is
+// complete.
+func (w window) take(cursor, upTo int64, limit int) (evs []eventstore.Event, to int64) {
+	to = w.to
+	if upTo > 0 {
+		to = min(to, upTo)
+	}
+	for _, ev := range w.evs {
+		if ev.ID <= cursor {
+			continue
+		}
+		if ev.ID > to {
+			break
+		}
+		if len(evs) == limit {
+			return evs, evs[len(evs)-1].ID
+		}
+		evs = append(evs, ev)
+	}
+	return evs, to
+}
+
+// find returns a window that holds cursor (from ≤ cursor < to).
+func (r *reads) find(cursor int64) (window, bool) {
+	for i := len(r.windows) - 1; i >= 0; i-- {
+		if w := r.windows[i]; w.from <= cursor && cursor < w.to {
+			return w, true
+		}
+	}
+	return window{}, false
+}
+
+// get answers a window holding cursor: one kept, or the one a read in
+// flight after cursor finds (it waits for that read). Otherwise it returns
+// ok false and a function the caller must call with what it read itself
+// (found false when it found nothing to share).
+func (r *reads) get(cursor int64) (w window, ok bool, publish func(w window, found bool)) {
+	r.mu.Lock()
+	if w, ok := r.find(cursor); ok {
+		r.mu.Unlock()
+		return w, true, nil
+	}
+	if f := r.inflight[cursor]; f != nil {
+		r.mu.Unlock()
+		<-f.done
+		if f.ok {
+			return f.w, true, nil
+		}
+		return window{}, false, func(window, bool) {}
+	}
+	f := &fetch{done: make(chan struct{})}
+	if r.inflight == nil {
+		r.inflight = map[int64]*fetch{}
+	}
+	r.inflight[cursor] = f
+	r.mu.Unlock()
+	return window{}, false, func(w window, found bool) {
+		r.mu.Lock()
+		delete(r.inflight, cursor)
+		if found && w.to > w.from {
+			f.w, f.ok = w, true
+			r.windows = append(r.windows, w)
+			if len(r.windows) > maxWindows {
+				r.windows = r.windows[len(r.windows)-maxWindows:]
+			}
+		}
+		r.mu.Unlock()
+		close(f.done)
+	}
+}
