@@ -80,6 +80,17 @@ type ShardStatus struct {
 	// StuckEventID is the id of the event that call handles (the first of
 	// a HandleBatch call); 0 when not stuck.
 	StuckEventID int64 `json:"stuckEventId"`
+	// Partition and Partitions: the shard is partition Partition of
+	// Partitions (see Consumer.Partitions); Partitions is 0 for a shared or
+	// per-instance shard.
+	Partition  int `json:"partition"`
+	Partitions int `json:"partitions"`
+	// Owner is, for a partition, the live process it is assigned to ("" when
+	// none is live); the process passing it may differ for a moment while
+	// the processes look at a changed membership.
+	Owner string `json:"owner"`
+	// Parked counts the streams parked on the shard (see Ops.Parked).
+	Parked int `json:"parked"`
 	// StuckInstanceID is the instance id of the process running that call
 	// — for a shared shard, the process whose turn it is; "" when not
 	// stuck.
@@ -126,7 +137,30 @@ func (o *Ops) List(ctx context.Context) ([]ShardStatus, error) {
 	if out == nil {
 		out = []ShardStatus{}
 	}
-	return out, nil
+	return out, o.owners(ctx, out)
+}
+
+// owners sets the Owner of the partitions in list.
+func (o *Ops) owners(ctx context.Context, list []ShardStatus) error {
+	var names []string
+	for _, s := range list {
+		if s.Partitions > 0 && !slices.Contains(names, s.Name) {
+			names = append(names, s.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	ms, err := memberships(ctx, o.pool, o.sql.members, names)
+	if err != nil {
+		return err
+	}
+	for i, s := range list {
+		if s.Partitions > 0 {
+			list[i].Owner = ownerOf(s.Partition, ms[s.Name].members)
+		}
+	}
+	return nil
 }
 
 // Status returns one consumer shard. A missing shard answers an *Error
@@ -289,14 +323,16 @@ func (o *Ops) status(ctx context.Context, q opsQuerier, name, instance string) (
 	if err != nil {
 		return ShardStatus{}, eventstore.TranslateError(fmt.Errorf("consumer %s/%s: %w", name, instance, err))
 	}
-	return st, nil
+	one := []ShardStatus{st}
+	err = o.owners(ctx, one)
+	return one[0], err
 }
 
 func scanShardStatus(row pgx.Row) (ShardStatus, error) {
 	var s ShardStatus
 	err := row.Scan(&s.Name, &s.InstanceID, &s.Cursor, &s.Head, &s.LagEvents, &s.LagSeconds,
 		&s.Status, &s.Attempts, &s.LastError, &s.GapWaitSeconds, &s.GapBackends, &s.UpdatedAt, &s.ExpiredUpTo, &s.Liveness, &s.LastSeen,
-		&s.StuckEventID, &s.StuckInstanceID, &s.StuckSince, &s.StuckSeconds)
+		&s.StuckEventID, &s.StuckInstanceID, &s.StuckSince, &s.StuckSeconds, &s.Partition, &s.Partitions, &s.Parked)
 	if s.GapBackends == nil {
 		s.GapBackends = []int32{}
 	}

@@ -127,7 +127,8 @@ SELECT c.name, c.instance_id, c.last_processed_event_id, h.head,
 		WHEN ` + staleExpr + ` THEN 'stale' ELSE 'live' END,
 	i.last_seen,
 	COALESCE(st.event_id, 0), COALESCE(st.instance_id, ''), st.since,
-	COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - st.since), 0)::float8, 0)
+	COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - st.since), 0)::float8, 0),
+	c.partition, c.partitions, (SELECT count(*)::int FROM {parked} p WHERE p.name = c.name AND p.shard = c.instance_id)
 FROM {consumers} c CROSS JOIN (SELECT {log}_head() AS head) h
 LEFT JOIN {instances} i ON i.instance_id = c.instance_id
 LEFT JOIN LATERAL (SELECT s.event_id, s.instance_id, s.since FROM {stuck} s JOIN {instances} si ON si.instance_id = s.instance_id
