@@ -187,6 +187,25 @@ type MultiStreamProjection struct {
 	// /api/projections/{name}/events), as for [InlineProjection.Read]; the
 	// zero Rule allows nobody.
 	Read Rule
+	// Partitions, above 1, splits a Shared projection into that many
+	// partitions by stream (PartitionBy): the events of one stream are
+	// applied in order, different partitions in parallel, shared among the
+	// app's live processes (docs/dispatcher.md, "Partitions"). Stored with
+	// the consumer's state when it is first created; change it later with
+	// `consumer repartition`. 0 or 1: one shard. At most 256.
+	Partitions int
+	// PartitionBy names a payload field holding the stream key for
+	// partitions and parking (a customer id, an order id); "" (the
+	// default): the aggregate id. Every applied event with a payload type
+	// must have the field; an event whose value is missing or empty falls
+	// back to its aggregate id.
+	PartitionBy string
+	// Park, instead of stopping the projection when an event has failed
+	// MaxAttempts times, parks the event's stream: the stream's later
+	// events wait, every other stream goes on, and an operator retries or
+	// skips (`consumer parked`, GET /api/consumers/parked, the console).
+	// Not with SkipApplyErrors.
+	Park bool
 }
 
 // ApplyFunc handles one event in a multi-stream projection.

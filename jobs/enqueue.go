@@ -160,9 +160,10 @@ func (r *Runner) Consumer() (c consumer.Consumer, ok bool) {
 		return consumer.Consumer{}, false
 	}
 	return consumer.Consumer{
-		Name:     ConsumerName,
-		Delivery: feature.Shared,
-		Types:    types,
+		Name:       ConsumerName,
+		Delivery:   feature.Shared,
+		Types:      types,
+		Partitions: r.cfg.TriggerPartitions,
 		HandleBatch: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
 			plain := make([]river.InsertManyParams, 0, len(evs))
 			var unique []river.InsertManyParams

@@ -41,6 +41,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/internal/jobspec"
 	"github.com/kumiko-go/kumiko/internal/lifecycle"
@@ -192,6 +193,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Workers is how many jobs one process runs at once; default 10.
 	Workers int
+	// TriggerPartitions, above 1, partitions the consumer that enqueues
+	// the jobs triggered by events (see consumer.Consumer.Partitions): the
+	// events of one stream enqueue in order, different partitions in
+	// parallel across the app's processes. 0 or 1: one shard. At most 256;
+	// stored when the consumer is first created (`consumer repartition`
+	// changes it).
+	TriggerPartitions int
 	// MaxAttempts is the default of Job.MaxAttempts; default 10.
 	MaxAttempts int
 	// Backoff is the delay before retry n (n ≥ 1), before jitter; default
@@ -259,6 +267,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Workers < 0:
 		return fmt.Errorf("jobs: Config.Workers is negative (%d)", c.Workers)
+	case c.TriggerPartitions < 0 || c.TriggerPartitions > consumer.MaxPartitions:
+		return fmt.Errorf("jobs: Config.TriggerPartitions (%d) is outside 0..%d", c.TriggerPartitions, consumer.MaxPartitions)
 	case c.MaxAttempts < 0:
 		return fmt.Errorf("jobs: Config.MaxAttempts is negative (%d)", c.MaxAttempts)
 	case c.PollInterval < 0:

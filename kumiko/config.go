@@ -155,6 +155,9 @@ type Config struct {
 	// RescueStuckJobsAfter). At least the longest job timeout; default that
 	// timeout plus one minute.
 	JobRescueAfter time.Duration
+	// JobTriggerPartitions partitions the consumer that enqueues the jobs
+	// triggered by events (jobs.Config.TriggerPartitions); 0: one shard.
+	JobTriggerPartitions int
 	// IdleInTransactionTimeout is how long a transaction of the server's
 	// pool may sit idle — opened, then waiting on the application — before
 	// PostgreSQL ends its session (idle_in_transaction_session_timeout, set

@@ -33,7 +33,7 @@ func (c Config) pipelineConfig() pipeline.Config {
 
 // jobsConfig is the job runner's config; wire adds Metrics.
 func (c Config) jobsConfig() jobs.Config {
-	return jobs.Config{Logger: c.Logger, TracerProvider: c.TracerProvider, RescueAfter: c.JobRescueAfter}
+	return jobs.Config{Logger: c.Logger, TracerProvider: c.TracerProvider, RescueAfter: c.JobRescueAfter, TriggerPartitions: c.JobTriggerPartitions}
 }
 
 // rabbitConfig is the RabbitMQ transport's config, used when RabbitMQURL is

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,9 @@ func (d *Executor) Consumers() []consumer.Consumer {
 			BatchSize:       m.BatchSize(),
 			StuckAfter:      m.StuckAfter(),
 			HandlerTimeout:  m.HandlerTimeout(),
+			Partitions:      m.Partitions(),
+			PartitionKey:    partitionKey(m.PartitionBy()),
+			Park:            m.Park(),
 			Pipelined:       true,
 			Handle: func(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
 				_, err := d.applyMSP(ctx, tx, m, table, ev)
@@ -46,6 +50,33 @@ func (d *Executor) Consumers() []consumer.Consumer {
 		})
 	}
 	return out
+}
+
+// partitionKey is the stream key of a projection partitioned by the
+// payload field field: its value as text (a string as it is, anything else
+// as JSON), or the aggregate id when the field is missing, null or empty.
+// nil when field is "": the dispatcher's default, the aggregate id.
+func partitionKey(field string) func(eventstore.Event) string {
+	if field == "" {
+		return nil
+	}
+	return func(ev eventstore.Event) string {
+		var payload map[string]json.RawMessage
+		if json.Unmarshal(ev.Payload, &payload) == nil {
+			raw := payload[field]
+			var s string
+			switch {
+			case len(raw) == 0 || string(raw) == "null":
+			case json.Unmarshal(raw, &s) == nil:
+				if s != "" {
+					return s
+				}
+			default:
+				return string(raw)
+			}
+		}
+		return ev.AggregateID.String()
+	}
 }
 
 // applyMSP runs a projection's apply function for ev, writing to table, and

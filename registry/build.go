@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/internal/structmap"
 	"github.com/kumiko-go/kumiko/registry/internal/codec"
 )
 
@@ -796,6 +797,15 @@ func (b *builder) msp(feat string, m feature.MultiStreamProjection) {
 			bad("PerInstance delivery with a table: every instance would apply every event to the same rows")
 		}
 	}
+	switch {
+	case m.Partitions < 0 || m.Partitions > consumerMaxPartitions:
+		bad("Partitions %d is outside 0..%d", m.Partitions, consumerMaxPartitions)
+	case m.Partitions > 1 && m.Delivery == feature.PerInstance:
+		bad("Partitions with PerInstance delivery: every instance handles every event already")
+	}
+	if m.Park && m.SkipApplyErrors {
+		bad("Park and SkipApplyErrors exclude each other: a failing event either parks its stream or is skipped")
+	}
 	if len(m.Apply) == 0 {
 		b.fail(feat, item, RuleApply, "no apply entries: the consumer would never do anything")
 		ok = false
@@ -808,6 +818,14 @@ func (b *builder) msp(feat string, m feature.MultiStreamProjection) {
 		case b.reg.events[ev] == nil:
 			b.fail(feat, item, RuleApply, "applies %q, which no feature defines", ev)
 			ok = false
+		}
+	}
+	if m.PartitionBy != "" {
+		for _, ev := range slices.Sorted(maps.Keys(m.Apply)) {
+			if info := b.reg.events[ev]; info != nil && info.GoType != nil && !hasJSONField(info.GoType, m.PartitionBy) {
+				b.fail(feat, item, RuleProjection, "PartitionBy %q: the payload of %q has no such field", m.PartitionBy, ev)
+				ok = false
+			}
 		}
 	}
 	if !ok {
@@ -827,4 +845,23 @@ func (b *builder) msp(feat string, m feature.MultiStreamProjection) {
 	c := &MSP{feature: feat, m: m, events: slices.Sorted(maps.Keys(m.Apply))}
 	b.reg.msps[m.Name] = c
 	b.reg.mspOrder = append(b.reg.mspOrder, c)
+}
+
+// consumerMaxPartitions is consumer.MaxPartitions (the registry does not
+// import the dispatcher).
+const consumerMaxPartitions = 256
+
+// hasJSONField reports whether the payload type t has a field that takes
+// the JSON name name.
+func hasJSONField(t reflect.Type, name string) bool {
+	p, err := structmap.For(t)
+	if err != nil {
+		return false
+	}
+	for _, f := range p.Fields() {
+		if f.Name == name {
+			return true
+		}
+	}
+	return false
 }

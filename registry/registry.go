@@ -274,6 +274,15 @@ func (m *MSP) Read() feature.Rule { return m.m.Read }
 // MaxAttempts is the number of failed attempts before the consumer is dead.
 func (m *MSP) MaxAttempts() int { return m.m.MaxAttempts }
 
+// Partitions is the declared partition count (0: one shard).
+func (m *MSP) Partitions() int { return m.m.Partitions }
+
+// PartitionBy is the payload field naming the stream ("": the aggregate id).
+func (m *MSP) PartitionBy() string { return m.m.PartitionBy }
+
+// Park reports whether a failing event parks its stream.
+func (m *MSP) Park() bool { return m.m.Park }
+
 // SkipApplyErrors reports whether a failing event is skipped.
 func (m *MSP) SkipApplyErrors() bool { return m.m.SkipApplyErrors }
 
