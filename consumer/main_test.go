@@ -18,6 +18,10 @@ func TestMain(m *testing.M) {
 		runChildInstance(id, os.Getenv(childInstanceURL)) // a subprocess of TestStaleInstanceIsCollected
 		return
 	}
+	if id := os.Getenv(childPartitionEnv); id != "" {
+		runChildPartition(id, os.Getenv(childPartitionURL)) // a subprocess of TestPartitionsAcrossProcesses
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -61,23 +61,23 @@ func (e *Dispatcher) resolveParked(ctx context.Context, tx *eventstore.Tx, c Con
 	if err != nil {
 		return fmt.Errorf("parked streams of %s/%s: %w", c.Name, instance, err)
 	}
-	type request struct {
-		stream  string
-		eventID int64
-		action  string
+	type request struct { // exported fields: pgx scans by position into them
+		Stream  string
+		EventID int64
+		Action  string
 	}
 	reqs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[request])
 	if err != nil {
 		return fmt.Errorf("parked streams of %s/%s: %w", c.Name, instance, err)
 	}
 	for _, r := range reqs {
-		from := r.eventID - 1
-		if r.action == "skip" {
-			from = r.eventID
+		from := r.EventID - 1
+		if r.Action == "skip" {
+			from = r.EventID
 		}
 		var failedEv eventstore.Event
 		err := author.Savepoint(ctx, tx, func(sp pgx.Tx) error {
-			return e.streamEvents(ctx, tx, c, r.stream, from, sh.cursor, func(ev eventstore.Event) error {
+			return e.streamEvents(ctx, tx, c, r.Stream, from, sh.cursor, func(ev eventstore.Event) error {
 				err := author.Run(e.cfg.Logger, func() error {
 					return e.call(ctx, c, instance, ev.ID, func(ctx context.Context) error { return c.Handle(ctx, sp, ev) })
 				}, "consumer", c.Name, "eventId", ev.ID, "eventType", ev.Type)
@@ -93,16 +93,16 @@ func (e *Dispatcher) resolveParked(ctx context.Context, tx *eventstore.Tx, c Con
 			return err // the database, not the handler
 		case err != nil:
 			e.cfg.Logger.Error("event dispatcher: a parked stream failed again; it stays parked",
-				"consumer", c.Name, "instance_id", instance, "stream", r.stream, "eventId", failedEv.ID, "err", err)
-			_, err = tx.Exec(ctx, e.sql.parkFailed, c.Name, instance, r.stream, failedEv.ID, failedEv.Type, author.Storable(err.Error(), 2000))
+				"consumer", c.Name, "instance_id", instance, "stream", r.Stream, "eventId", failedEv.ID, "err", err)
+			_, err = tx.Exec(ctx, e.sql.parkFailed, c.Name, instance, r.Stream, failedEv.ID, failedEv.Type, author.Storable(err.Error(), 2000))
 		default:
 			e.cfg.Logger.Info("event dispatcher: a parked stream goes on", "consumer", c.Name, "instance_id", instance,
-				"stream", r.stream, "action", r.action)
-			_, err = tx.Exec(ctx, e.sql.unpark, c.Name, instance, r.stream)
-			sh.parked = removeString(sh.parked, r.stream)
+				"stream", r.Stream, "action", r.Action)
+			_, err = tx.Exec(ctx, e.sql.unpark, c.Name, instance, r.Stream)
+			sh.parked = removeString(sh.parked, r.Stream)
 		}
 		if err != nil {
-			return fmt.Errorf("parked stream %s of %s/%s: %w", r.stream, c.Name, instance, err)
+			return fmt.Errorf("parked stream %s of %s/%s: %w", r.Stream, c.Name, instance, err)
 		}
 	}
 	return nil

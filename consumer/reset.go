@@ -96,8 +96,8 @@ func (o *Ops) Reset(ctx context.Context, name string, opts ResetOptions) (ResetR
 				fmt.Errorf("reset %s: position %d beyond the log", name, opts.To)).With("consumer", name).With("to", opts.To)
 		}
 		for _, s := range shards {
-			res.Shards = append(res.Shards, s.instance)
-			res.From[s.instance] = s.cursor
+			res.Shards = append(res.Shards, s.Instance)
+			res.From[s.Instance] = s.Cursor
 		}
 		if opts.Within != nil {
 			if err := opts.Within(ctx, tx); err != nil {
@@ -131,11 +131,11 @@ func (o *Ops) Reset(ctx context.Context, name string, opts ResetOptions) (ResetR
 
 // lockedShard is a shard row an operation on all of a consumer's shards
 // holds locked.
-type lockedShard struct {
-	instance   string
-	cursor     int64
-	status     string
-	partitions int
+type lockedShard struct { // exported fields: pgx scans by position into them
+	Instance   string
+	Cursor     int64
+	Status     string
+	Partitions int
 }
 
 // lockAll locks every shard row of the consumer name, waiting for running
@@ -217,18 +217,18 @@ func (o *Ops) Repartition(ctx context.Context, name string, n int, opts Repartit
 		res.From = 1
 		for _, s := range shards {
 			switch {
-			case s.instance != SharedInstance && !isPartition(s.instance):
+			case s.Instance != SharedInstance && !isPartition(s.Instance):
 				return newError(codeUnprocessable, kumikotype.ReasonRepartitionBlocked,
 					fmt.Sprintf("consumer %s is per-instance; only a shared consumer has partitions", name),
 					fmt.Errorf("repartition %s: per-instance", name)).With("consumer", name)
-			case s.status != StatusIdle:
+			case s.Status != StatusIdle:
 				return newError(codeUnprocessable, kumikotype.ReasonRepartitionBlocked,
-					fmt.Sprintf("shard %s of consumer %s is %s; restart, enable or skip it first", s.instance, name, s.status),
-					fmt.Errorf("repartition %s: shard %s is %s", name, s.instance, s.status)).
-					With("consumer", name).With("instanceId", s.instance).With("status", s.status)
+					fmt.Sprintf("shard %s of consumer %s is %s; restart, enable or skip it first", s.Instance, name, s.Status),
+					fmt.Errorf("repartition %s: shard %s is %s", name, s.Instance, s.Status)).
+					With("consumer", name).With("instanceId", s.Instance).With("status", s.Status)
 			}
-			res.From = max(res.From, s.partitions)
-			res.Cursor = max(res.Cursor, s.cursor)
+			res.From = max(res.From, s.Partitions)
+			res.Cursor = max(res.Cursor, s.Cursor)
 		}
 		_, err = tx.Exec(ctx, o.sql.fence, name, res.Cursor)
 		return err
@@ -252,8 +252,8 @@ func (o *Ops) Repartition(ctx context.Context, name string, n int, opts Repartit
 			return err
 		}
 		for _, s := range shards {
-			if s.cursor != res.Cursor || s.status != StatusIdle {
-				return fmt.Errorf("shard %s moved while draining (cursor %d, %s)", s.instance, s.cursor, s.status)
+			if s.Cursor != res.Cursor || s.Status != StatusIdle {
+				return fmt.Errorf("shard %s moved while draining (cursor %d, %s)", s.Instance, s.Cursor, s.Status)
 			}
 		}
 		if _, err := tx.Exec(ctx, o.sql.dropShards, name); err != nil {
