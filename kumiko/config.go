@@ -397,7 +397,7 @@ func (c Config) validate() error {
 // TraceDatabase), KUMIKO_SHUTDOWN_TIMEOUT, KUMIKO_JOB_RESCUE_AFTER,
 // KUMIKO_INTEGRATION_RETRY_BACKOFF, KUMIKO_INTEGRATION_MAX_RETRY_BACKOFF and
 // KUMIKO_REDIS_TIMEOUT (Go durations such as 30s; one that does not parse
-// fails New). Only Main and the commands call it; the library never reads
+// fails New), and KUMIKO_JOB_TRIGGER_PARTITIONS (a whole number). Only Main and the commands call it; the library never reads
 // the environment.
 func (c Config) FromEnv() Config {
 	set := func(field *string, env string) {
@@ -446,5 +446,12 @@ func (c Config) FromEnv() Config {
 	duration(&c.RedisTimeout, "KUMIKO_REDIS_TIMEOUT")
 	duration(&c.IntegrationRetryBackoff, "KUMIKO_INTEGRATION_RETRY_BACKOFF")
 	duration(&c.IntegrationMaxRetryBackoff, "KUMIKO_INTEGRATION_MAX_RETRY_BACKOFF")
+	if v := os.Getenv("KUMIKO_JOB_TRIGGER_PARTITIONS"); c.JobTriggerPartitions == 0 && v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			c.envErr = errors.Join(c.envErr, fmt.Errorf("KUMIKO_JOB_TRIGGER_PARTITIONS=%q: want a whole number", v))
+		}
+		c.JobTriggerPartitions = n
+	}
 	return c
 }

@@ -142,6 +142,17 @@ func (f faults) feature() *feature.Feature {
 			}},
 			Apply: map[string]feature.ApplyFunc{"note.created": f.deliver},
 		})
+		// A partitioned projection of the same events that parks a note
+		// titled "poison" (its stream) after two attempts.
+		r.MultiStreamProjection(feature.MultiStreamProjection{
+			Name: "e2e-parts", Partitions: 4, Park: true, MaxAttempts: 2,
+			Table: &feature.TableDef{Name: "e2e_parts", Columns: []feature.Column{
+				{Name: "tenant_id", Type: "uuid", NotNull: true},
+				{Name: "event_id", Type: "bigint", NotNull: true},
+				{Name: "note_id", Type: "uuid", NotNull: true},
+			}},
+			Apply: map[string]feature.ApplyFunc{"note.created": partDeliver},
+		})
 
 		r.DefineEvent("e2e.ping", Ping{})
 		feature.HandleCommand(r, "e2e.burst", feature.Roles("User"), burst)
@@ -166,6 +177,21 @@ func (f faults) deliver(ctx feature.ApplyContext, e feature.Event) error {
 		for {
 			time.Sleep(time.Hour) // never returns, whatever its context says
 		}
+	}
+	_, err = ctx.DB().Exec(ctx.Context(), `INSERT INTO `+ctx.Table()+` (tenant_id, event_id, note_id) VALUES ($1, $2, $3)`,
+		ctx.Tenant(), e.ID, e.AggregateID)
+	return err
+}
+
+// partDeliver records the event in e2e_parts, failing on a note titled
+// "poison".
+func partDeliver(ctx feature.ApplyContext, e feature.Event) error {
+	n, err := feature.Decode[Note](e)
+	if err != nil {
+		return err
+	}
+	if n.Title == "poison" {
+		return fmt.Errorf("e2e: poison note %s", e.AggregateID)
 	}
 	_, err = ctx.DB().Exec(ctx.Context(), `INSERT INTO `+ctx.Table()+` (tenant_id, event_id, note_id) VALUES ($1, $2, $3)`,
 		ctx.Tenant(), e.ID, e.AggregateID)
