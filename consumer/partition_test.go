@@ -338,7 +338,7 @@ func shardsOf(t *testing.T, ops *consumer.Ops, name string) []consumer.ShardStat
 	return out
 }
 
-// A reset to an event id while four dispatchers run a partitioned consumer:
+// A reset to an event id while four processes run a partitioned consumer:
 // every event after it is delivered again exactly once, none before it; the
 // reset is recorded with its actor. A repartition from 16 to 5 while they
 // run loses and repeats nothing.
@@ -346,19 +346,11 @@ func TestResetAndRepartitionWhileRunning(t *testing.T) {
 	t.Parallel()
 	db := kumikotest.NewDB(t)
 	db.Exec(t, `CREATE TABLE part_log (seq bigserial PRIMARY KEY, event_id bigint NOT NULL, stream uuid NOT NULL, version int NOT NULL, process text NOT NULL)`)
-	var ds []*consumer.Dispatcher
 	for i := range 4 {
-		id := fmt.Sprintf("d%d", i)
-		d, err := consumer.New(db.Store, consumer.Config{InstanceID: id, PollInterval: 30 * time.Millisecond}, partitionRecorder(id))
-		require.NoError(t, err)
-		require.NoError(t, d.Start(ctx))
-		ds = append(ds, d)
+		startPartitionChild(t, db, fmt.Sprintf("r%d", i))
 	}
-	t.Cleanup(func() {
-		for _, d := range ds {
-			require.NoError(t, d.Stop(context.Background()))
-		}
-	})
+	ops := consumer.NewOps(db.Store)
+	require.Eventually(t, func() bool { return owners(t, ops) == 4 }, 30*time.Second, 20*time.Millisecond, "four processes share the partitions")
 	streams := make([]uuid.UUID, 32)
 	for i := range streams {
 		streams[i] = uuid.New()
@@ -373,7 +365,6 @@ func TestResetAndRepartitionWhileRunning(t *testing.T) {
 
 	var to int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM kumiko_events ORDER BY id OFFSET 100 LIMIT 1`).Scan(&to))
-	ops := consumer.NewOps(db.Store)
 	res, err := ops.Reset(ctx, "parts", consumer.ResetOptions{To: to, Actor: "ops-alice"})
 	require.NoError(t, err)
 	require.Len(t, res.Shards, partitionCount)
