@@ -3,6 +3,7 @@ package http
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -232,6 +233,14 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 	get := func(summary string, ok map[string]any, errs ...int) map[string]any {
 		return map[string]any{"get": operation(summary, nil, ok, errs...)}
 	}
+	// parkedAction is a request on a parked stream: 202 once recorded.
+	parkedAction := func(summary string) map[string]any {
+		op := operation(summary, nil, nil, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusServiceUnavailable)
+		responses := op["responses"].(map[string]any)
+		delete(responses, "200")
+		responses["202"] = jsonOK("the parked stream with the action asked for", dataOf(anyObject))
+		return map[string]any{"parameters": []any{pathParameter("name", nil), pathParameter("stream", nil)}, "post": op}
+	}
 	return map[string]any{
 		"/api/write": map[string]any{"post": operation("Run a CRUD write; answers the state after it.",
 			oneOfSuffix(writes, ".request"), jsonOK("the state after the write", dataOf(oneOfSuffix(writes, ".result"))), all...)},
@@ -245,10 +254,7 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 		"/api/command": map[string]any{"post": operation("Run a command; answers once it has committed.",
 			oneOfSuffix(commands, ".request"), jsonOK("the command's result", dataOf(oneOfSuffix(commands, ".result"))), all...)},
 		"/api/inspect/{aggregateType}/{id}": map[string]any{
-			"parameters": []any{
-				map[string]any{"name": "aggregateType", "in": "path", "required": true, "schema": map[string]any{"type": "string"}},
-				map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string", "format": "uuid"}},
-			},
+			"parameters": []any{pathParameter("aggregateType", nil), pathParameter("id", map[string]any{"format": "uuid"})},
 			"get": operation("A stream's timeline, for the admin role of its tenant.", nil,
 				jsonOK("the timeline", dataOf(anyObject)), http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
 				http.StatusNotFound, http.StatusInternalServerError, http.StatusServiceUnavailable),
@@ -257,15 +263,17 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 			map[string]any{"description": "the event stream", "content": map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
 			http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable),
 		"/api/projections/{name}/events": map[string]any{
-			"parameters": []any{
-				map[string]any{"name": "name", "in": "path", "required": true, "schema": map[string]any{"type": "string"}},
-			},
+			"parameters": []any{pathParameter("name", nil)},
 			"get": operation("Server-Sent Events of a projection's row changes in the caller's tenant: upsert, delete and reset frames; Last-Event-ID or ?after= resumes.", nil,
 				map[string]any{"description": "the row changes", "content": map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
 				http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusServiceUnavailable),
 		},
 		"/api/consumers": get("Consumer shards' state, for the operator role.",
 			jsonOK("the consumers", dataOf(map[string]any{"type": "array"})), http.StatusUnauthorized, http.StatusForbidden, http.StatusServiceUnavailable),
+		"/api/consumers/parked": get("The consumers' parked streams, for the operator role.",
+			jsonOK("the parked streams", dataOf(map[string]any{"type": "array"})), http.StatusUnauthorized, http.StatusForbidden, http.StatusServiceUnavailable),
+		"/api/consumers/{name}/parked/{stream}/retry": parkedAction("Ask for a parked stream to be retried from its failing event; the next pass of its shard does it. For the operator role."),
+		"/api/consumers/{name}/parked/{stream}/skip":  parkedAction("Ask for a parked stream's failing event to be skipped; the next pass of its shard does it. For the operator role."),
 		"/api/projections": get("Projections' state, for the operator role.",
 			jsonOK("the projections", dataOf(map[string]any{"type": "array"})), http.StatusUnauthorized, http.StatusForbidden, http.StatusServiceUnavailable),
 		"/metrics": get("Prometheus metrics, for the operator role (unauthenticated on a listener of their own when one is configured).",
@@ -277,6 +285,14 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 			"200": jsonOK("ready", anyObject), "503": map[string]any{"$ref": "#/components/responses/503"},
 		}}},
 	}
+}
+
+// pathParameter is the path parameter name, a string with the schema
+// keywords extra.
+func pathParameter(name string, extra map[string]any) map[string]any {
+	schema := map[string]any{"type": "string"}
+	maps.Copy(schema, extra)
+	return map[string]any{"name": name, "in": "path", "required": true, "schema": schema}
 }
 
 // openapi serves GET /api/openapi.json: the document built at NewServer.

@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/idempotency"
 	"github.com/kumiko-go/kumiko/internal/lifecycle"
@@ -387,6 +388,9 @@ func (s *Server) routeAll() *echo.Echo {
 	e.GET("/api/inspect/:aggregateType/:id", s.inspect, s.deadline, s.authenticate)
 	e.GET("/api/events", s.events, s.authenticate)
 	e.GET("/api/consumers", s.consumers, s.deadline, s.authenticate)
+	e.GET("/api/consumers/parked", s.parkedStreams, s.deadline, s.authenticate)
+	e.POST("/api/consumers/:name/parked/:stream/retry", s.parkedAction((*consumer.Ops).RetryParked), s.deadline, s.authenticate)
+	e.POST("/api/consumers/:name/parked/:stream/skip", s.parkedAction((*consumer.Ops).SkipParked), s.deadline, s.authenticate)
 	e.GET("/api/projections", s.projections, s.deadline, s.authenticate)
 	e.GET("/api/projections/:name/events", s.projectionEvents, s.authenticate)
 	e.GET("/api/openapi.json", s.openapi)

@@ -144,7 +144,7 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 
 	raw := newRawPasser(b.pool, schema)
 	channel := store.NotifyChannel()
-	fw := dispatcherSide(store)
+	fw := dispatcherSide(store, 0)
 	rawListen := rawListenSide(b.pool, raw, channel)
 	rawLocal := func(w *eventstore.Store) latencySide {
 		return latencySide{start: func(ctx context.Context, name string, see seeFunc) (func() error, error) {
@@ -225,13 +225,15 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 }
 
 // dispatcherSide is a started consumer.Dispatcher on store with one no-op
-// consumer, starting from now.
-func dispatcherSide(store *eventstore.Store) latencySide {
+// consumer, starting from now; split into that many partitions when
+// partitions is above 1.
+func dispatcherSide(store *eventstore.Store, partitions int) latencySide {
 	return latencySide{listens: true, start: func(ctx context.Context, name string, see seeFunc) (func() error, error) {
 		d, err := consumer.New(store, consumer.Config{InstanceID: benchInstance}, consumer.Consumer{
-			Name:      name,
-			StartFrom: feature.FromNow,
-			BatchSize: passBatch,
+			Name:       name,
+			StartFrom:  feature.FromNow,
+			BatchSize:  passBatch,
+			Partitions: partitions,
 			Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
 				see.event(ev)
 				return nil
@@ -286,18 +288,16 @@ const (
 )
 
 // childSide runs side (consumeDispatcher or consumeRaw) in a second process:
-// this binary again, with -consume, on schema. The process writes
-// childReady to its stdout once it consumes, then a line "<event id> <unix
-// nanoseconds>" whenever it sees an event, and ends when its stdin is
-// closed.
-func (b *bench) childSide(schema, side string) latencySide {
+// this binary again, with -consume and the flags args, on schema. The
+// process writes childReady to its stdout once it consumes, then a line
+// "<event id> <unix nanoseconds>" whenever it sees an event, and ends when
+// its stdin is closed.
+func (b *bench) childSide(schema, side string, args ...string) latencySide {
 	return latencySide{listens: true, start: func(ctx context.Context, name string, see seeFunc) (func() error, error) {
-		exe, err := os.Executable()
+		cmd, err := b.childCommand(ctx, side, schema, name, args...)
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.CommandContext(ctx, exe, "-consume", side, "-consume-schema", schema, "-consume-name", name)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+b.pool.Config().ConnString())
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -338,18 +338,38 @@ func (b *bench) childSide(schema, side string) latencySide {
 	}}
 }
 
+// childCommand is this binary again as a consuming process: -consume side
+// on schema with consumer name and the flags args, on the bench's
+// database.
+func (b *bench) childCommand(ctx context.Context, side, schema, name string, args ...string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, append([]string{"-consume", side, "-consume-schema", schema, "-consume-name", name}, args...)...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+b.pool.Config().ConnString())
+	return cmd, nil
+}
+
 // childReady is the line a consuming process writes once it consumes.
 const childReady = "ready"
 
-// consumeMain is the second process of childSide: it runs side on schema
-// with consumer name until its stdin is closed.
-func consumeMain(ctx context.Context, databaseURL, side, schema, name string) error {
+// consumeApplication is the application_name of a consuming process's
+// sessions.
+const consumeApplication = "kumiko-bench-consume"
+
+// consumeMain is the second process of childSide and of the partitions
+// group: it runs cfg.consume on cfg.consumeSchema with consumer
+// cfg.consumeName until its stdin is closed.
+func consumeMain(ctx context.Context, databaseURL string, cfg config) error {
+	side, schema, name := cfg.consume, cfg.consumeSchema, cfg.consumeName
 	poolCfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return err
 	}
-	poolCfg.MaxConns, poolCfg.MinConns = 4, 2
+	poolCfg.MaxConns, poolCfg.MinConns = int32(cfg.consumePool), 2
 	poolCfg.AfterConnect = pguuid.AfterConnect
+	poolCfg.ConnConfig.RuntimeParams["application_name"] = consumeApplication
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
@@ -363,11 +383,13 @@ func consumeMain(ctx context.Context, databaseURL, side, schema, name string) er
 	var ls latencySide
 	switch side {
 	case consumeDispatcher:
-		ls = dispatcherSide(store)
+		ls = dispatcherSide(store, cfg.consumePartitions)
 	case consumeRaw:
 		ls = rawListenSide(pool, newRawPasser(pool, schema), store.NotifyChannel())
+	case consumeDrain:
+		return partitionChild(ctx, store, cfg)
 	default:
-		return fmt.Errorf("-consume %q: want %s or %s", side, consumeDispatcher, consumeRaw)
+		return fmt.Errorf("-consume %q: want %s, %s or %s", side, consumeDispatcher, consumeRaw, consumeDrain)
 	}
 	var mu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)

@@ -29,7 +29,12 @@
 //     of a job after its enqueue committed;
 //   - lists with "asOf": another tenant's write p95 while clients loop
 //     as-of lists over a history of 10,000 events, against the same writer
-//     without them, as a ratio.
+//     without them, as a ratio;
+//   - partitioned consumers: the drain of a backlog with a 2 ms handler by
+//     4 and by 8 consumer processes sharing 16 partitions against one
+//     unpartitioned process, the drain with a no-op handler by 16
+//     partitions in one process against one unpartitioned shard, and
+//     commit-to-handler p99 of both in a second process, as ratios.
 //
 // Each comparison warms both sides up, then runs them in alternating rounds
 // for -duration in total per side, so both see the same machine state. The
@@ -87,21 +92,27 @@ type config struct {
 	cpuProf  string        // file for a CPU profile of the whole run; "" = none
 	cpu      bool          // CPU time per unit of each side, beside each comparison
 	quick    bool          // short sides and a tenth of the events: a smoke run, not a measurement
-	// The second process of the dispatcher latency (see consumeMain).
-	consume, consumeSchema, consumeName string
+	// The second process of the dispatcher latency (see consumeMain), and
+	// the consumer processes of the partitions group (see partitionChild).
+	consume, consumeSchema, consumeName, consumeInstance string
+	consumePartitions, consumePool                       int
+	consumeSleep                                         time.Duration
 }
 
 // sizes are how many events or messages the backlog measurements seed.
 type sizes struct {
 	drain, mem, relay, job, insert, rebuild int
+	partSlow, partNoop                      int // the partitions group's backlogs (see partitions.go)
 }
 
 // sizesFor is the full sizes, or a tenth of them (a twentieth of the
 // memory drain's) for a quick run.
 func sizesFor(quick bool) sizes {
-	s := sizes{drain: drainBacklog, mem: memBacklog, relay: relayBacklog, job: jobBacklog, insert: insertBacklog, rebuild: rebuildEvents}
+	s := sizes{drain: drainBacklog, mem: memBacklog, relay: relayBacklog, job: jobBacklog, insert: insertBacklog, rebuild: rebuildEvents,
+		partSlow: partSlowBacklog, partNoop: partNoopBacklog}
 	if quick {
-		s = sizes{drain: s.drain / 10, mem: s.mem / 20, relay: s.relay / 10, job: s.job / 10, insert: s.insert / 10, rebuild: s.rebuild / 10}
+		s = sizes{drain: s.drain / 10, mem: s.mem / 20, relay: s.relay / 10, job: s.job / 10, insert: s.insert / 10, rebuild: s.rebuild / 10,
+			partSlow: s.partSlow / 10, partNoop: s.partNoop / 10}
 	}
 	return s
 }
@@ -124,16 +135,20 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured time per side of each comparison")
 	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
-	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs, asof); all when empty")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs, asof, partitions); all when empty")
 	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof")
 	flag.BoolVar(&cfg.cpu, "cpu", false, "print each comparison's CPU time per unit of both sides: this process's and the local PostgreSQL server's (read from /proc)")
 	flag.BoolVar(&cfg.quick, "quick", false, "a smoke run under two minutes: 300ms per side, 1 round, 100ms warm-up, a tenth of the events (the ratios are rough)")
-	flag.StringVar(&cfg.consume, "consume", "", "internal: run as the consuming process of the dispatcher latency (dispatcher or raw)")
+	flag.StringVar(&cfg.consume, "consume", "", "internal: run as a consuming process of the dispatcher latency (dispatcher or raw) or of the partitions group (drain)")
 	flag.StringVar(&cfg.consumeSchema, "consume-schema", "", "internal: the schema of -consume")
 	flag.StringVar(&cfg.consumeName, "consume-name", "", "internal: the consumer name of -consume")
+	flag.StringVar(&cfg.consumeInstance, "consume-instance", benchInstance, "internal: the instance id of -consume")
+	flag.IntVar(&cfg.consumePartitions, "consume-partitions", 0, "internal: the partitions of the consumer of -consume")
+	flag.IntVar(&cfg.consumePool, "consume-pool", 4, "internal: the pool size of -consume")
+	flag.DurationVar(&cfg.consumeSleep, "consume-sleep", 0, "internal: how long the handler of -consume drain waits per event")
 	flag.Parse()
 	if cfg.consume != "" {
-		if err := consumeMain(context.Background(), os.Getenv("DATABASE_URL"), cfg.consume, cfg.consumeSchema, cfg.consumeName); err != nil {
+		if err := consumeMain(context.Background(), os.Getenv("DATABASE_URL"), cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "bench -consume:", err)
 			os.Exit(1)
 		}
@@ -244,6 +259,7 @@ func run(cfg config) error {
 	}{
 		{"append", b.appendRows}, {"batch", b.batchRows}, {"load", b.loadRows}, {"pipeline", b.pipelineRows},
 		{"http", b.httpRows}, {"dispatcher", b.dispatcherRows}, {"rebuild", b.rebuildRows}, {"integration", b.integrationRows}, {"jobs", b.jobRows}, {"asof", b.asOfRows},
+		{"partitions", b.partitionRows},
 	}
 	for _, g := range groups {
 		if cfg.only != "" && !slices.Contains(strings.Split(cfg.only, ","), g.name) {

@@ -188,8 +188,8 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		require.Equal(t, int64(3), list[0].LagEvents)
 
 		out := ok("consumer", "list")
-		require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+LIVENESS\s+STATUS\s+CURSOR`, out)
-		require.Regexp(t, `(?m)^task-counter\s+__shared__\s+-\s+catching_up\s+0\s+\d+\s+3\s`, out)
+		require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+PARTITION\s+OWNER\s+LIVENESS\s+STATUS\s+CURSOR`, out)
+		require.Regexp(t, `(?m)^task-counter\s+__shared__\s+-\s+-\s+-\s+catching_up\s+0\s+\d+\s+3\s`, out)
 
 		require.Contains(t, ok("consumer", "disable", "task-counter"), "consumer task-counter/__shared__ disabled")
 		fails("wrong_state: consumer task-counter/__shared__ is disabled; disable needs it idle or dead or expired", "consumer", "disable", "task-counter")
@@ -215,7 +215,7 @@ func TestOpsCLIOnTheAppBinary(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.NoError(t, ed.Register(context.Background()))
-		require.Regexp(t, `(?m)^feed\s+old-pod\s+unknown\s+catching_up\s`, ok("consumer", "list"))
+		require.Regexp(t, `(?m)^feed\s+old-pod\s+-\s+-\s+unknown\s+catching_up\s`, ok("consumer", "list"))
 		require.Contains(t, ok("consumer", "gc"), "no stale instances")
 		require.Contains(t, ok("consumer", "gc", "--unknown", "--dry-run"), "would remove (dry run) 1 shards of 1 stale instances: old-pod")
 		var res consumer.GCResult

@@ -59,9 +59,9 @@ func TestConsumerCLIShowsGapWait(t *testing.T) {
 	require.Equal(t, []int32{pid}, list[0].GapBackends)
 
 	out := ok("consumer", "list")
-	require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+LIVENESS\s+STATUS\s+CURSOR\s+HEAD\s+LAG\s+LAG\(s\)\s+GAP WAIT\(s\)\s+GAP BACKENDS\s+ATTEMPTS`, out)
-	require.Regexp(t, fmt.Sprintf(`(?m)^watcher\s+__shared__\s+-\s+catching_up\s+0\s+\d+\s+1\s+[\d.]+\s+[\d.]+\s+%d\s+0\s`, pid), out)
-	require.Regexp(t, fmt.Sprintf(`(?m)^watcher\s.*\s%d\s+0\s`, pid), ok("consumer", "status", "watcher"))
+	require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+PARTITION\s+OWNER\s+LIVENESS\s+STATUS\s+CURSOR\s+HEAD\s+LAG\s+LAG\(s\)\s+GAP WAIT\(s\)\s+GAP BACKENDS\s+ATTEMPTS\s+PARKED`, out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^watcher\s+__shared__\s+-\s+-\s+-\s+catching_up\s+0\s+\d+\s+1\s+[\d.]+\s+[\d.]+\s+%d\s+0\s+0\s`, pid), out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^watcher\s.*\s%d\s+0\s+0\s`, pid), ok("consumer", "status", "watcher"))
 
 	require.NoError(t, writer.Rollback(ctx))
 	_, err = d.RunPass(ctx, "watcher")
@@ -69,5 +69,5 @@ func TestConsumerCLIShowsGapWait(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(ok("consumer", "list", "--json")), &list))
 	require.Zero(t, list[0].GapWaitSeconds)
 	require.Empty(t, list[0].GapBackends)
-	require.Regexp(t, `(?m)^watcher\s+__shared__\s+-\s+idle\s+\d+\s+\d+\s+0\s+[\d.]+\s+0\.0\s+-\s+0\s`, ok("consumer", "list"))
+	require.Regexp(t, `(?m)^watcher\s+__shared__\s+-\s+-\s+-\s+idle\s+\d+\s+\d+\s+0\s+[\d.]+\s+0\.0\s+-\s+0\s+0\s`, ok("consumer", "list"))
 }

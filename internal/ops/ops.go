@@ -362,6 +362,11 @@ func (o *ops) consumerCmd() *cobra.Command {
 		op("disable", "Stop delivering to an idle, dead or expired shard", (*consumer.Ops).Disable, "disabled"),
 		op("enable", "Resume a disabled shard from its cursor", (*consumer.Ops).Enable, "enabled"),
 		o.consumerGCCmd(),
+		o.parkedCmd(),
+		o.parkedActionCmd("retry", "Ask for a parked stream to be retried from its failing event (the consumer's next pass does it)", (*consumer.Ops).RetryParked),
+		o.parkedActionCmd("skip", "Ask for a parked stream's failing event to be skipped (the consumer's next pass does it)", (*consumer.Ops).SkipParked),
+		o.resetCmd(),
+		o.repartitionCmd(),
 	)
 	return root
 }
@@ -411,7 +416,7 @@ func (o *ops) consumerGCCmd() *cobra.Command {
 
 func printConsumers(out io.Writer, list ...consumer.ShardStatus) error {
 	w := newTable(out)
-	fmt.Fprintln(w, "NAME\tINSTANCE\tLIVENESS\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tGAP WAIT(s)\tGAP BACKENDS\tATTEMPTS\tSTUCK\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(w, "NAME\tINSTANCE\tPARTITION\tOWNER\tLIVENESS\tSTATUS\tCURSOR\tHEAD\tLAG\tLAG(s)\tGAP WAIT(s)\tGAP BACKENDS\tATTEMPTS\tPARKED\tSTUCK\tUPDATED\tLAST ERROR")
 	for _, s := range list {
 		lastErr := s.LastError
 		if lastErr == "" {
@@ -433,8 +438,14 @@ func printConsumers(out io.Writer, list ...consumer.ShardStatus) error {
 			stuck = fmt.Sprintf("event %d on %s since %s (%.1fs)", s.StuckEventID, s.StuckInstanceID,
 				s.StuckSince.UTC().Format(time.RFC3339), s.StuckSeconds)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.InstanceID, liveness, s.Status, s.Cursor, s.Head,
-			s.LagEvents, s.LagSeconds, s.GapWaitSeconds, backends, s.Attempts, stuck, s.UpdatedAt.UTC().Format(time.RFC3339), lastErr)
+		// A partition: k/N, and the live process it is assigned to.
+		partition := "-"
+		if s.Partitions > 0 {
+			partition = fmt.Sprintf("%d/%d", s.Partition, s.Partitions)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%d\t%d\t%s\t%s\t%s\n", s.Name, s.InstanceID, partition,
+			cmp.Or(s.Owner, "-"), liveness, s.Status, s.Cursor, s.Head, s.LagEvents, s.LagSeconds, s.GapWaitSeconds, backends, s.Attempts,
+			s.Parked, stuck, s.UpdatedAt.UTC().Format(time.RFC3339), lastErr)
 	}
 	return w.Flush()
 }
@@ -1025,21 +1036,7 @@ func (o *ops) projectCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
-				p := newProgress(cmd.ErrOrStderr(), "rebuild "+args[0])
-				res, err := c.disp.RebuildProjection(ctx, args[0], pipeline.RebuildOptions{Progress: p.report, Quarantine: quarantine})
-				p.done()
-				if err != nil {
-					return err
-				}
-				if o.json {
-					return writeJSON(out, map[string]any{
-						"name": res.Name, "kind": res.Kind, "applied": res.Applied, "quarantined": res.Quarantined,
-						"lastEventId": res.LastEventID, "durationMs": res.Duration.Milliseconds(),
-					})
-				}
-				fmt.Fprintf(out, "rebuilt %s (%s): %d events applied, %d quarantined, up to event %d, in %s\n",
-					res.Name, res.Kind, res.Applied, res.Quarantined, res.LastEventID, res.Duration.Round(time.Millisecond))
-				return nil
+				return o.rebuildProjection(ctx, cmd, c, out, args[0], quarantine)
 			})
 		},
 	}

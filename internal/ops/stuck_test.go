@@ -77,8 +77,8 @@ func TestConsumerCLIShowsStuck(t *testing.T) {
 	require.NotNil(t, list[0].StuckSince)
 
 	out := ok("consumer", "list")
-	require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+LIVENESS\s+STATUS\s+.*\s+ATTEMPTS\s+STUCK\s+UPDATED`, out)
-	row := fmt.Sprintf(`(?m)^watcher\s+__shared__\s+-\s+stuck\s+\d+\s+\d+\s+1\s.*\s0\s+event %d on cli-stuck since \S+ \([\d.]+s\)\s`, id)
+	require.Regexp(t, `(?m)^NAME\s+INSTANCE\s+PARTITION\s+OWNER\s+LIVENESS\s+STATUS\s+.*\s+ATTEMPTS\s+PARKED\s+STUCK\s+UPDATED`, out)
+	row := fmt.Sprintf(`(?m)^watcher\s+__shared__\s+-\s+-\s+-\s+stuck\s+\d+\s+\d+\s+1\s.*\s0\s+0\s+event %d on cli-stuck since \S+ \([\d.]+s\)\s`, id)
 	require.Regexp(t, row, out)
 	require.Regexp(t, row, ok("consumer", "status", "watcher"))
 
@@ -88,5 +88,5 @@ func TestConsumerCLIShowsStuck(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(ok("consumer", "status", "watcher", "--json")), &st))
 		return st.Status == consumer.StatusIdle && st.Cursor == id && st.StuckSince == nil
 	}, 30*time.Second, 50*time.Millisecond, "idle once the handler returned")
-	require.Regexp(t, `(?m)^watcher\s+__shared__\s+-\s+idle\s.*\s0\s+-\s`, ok("consumer", "list"))
+	require.Regexp(t, `(?m)^watcher\s+__shared__\s+-\s+-\s+-\s+idle\s.*\s0\s+0\s+-\s`, ok("consumer", "list"))
 }
