@@ -486,6 +486,13 @@ func TestBootRules(t *testing.T) {
 					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "fanout", Delivery: feature.PerInstance, Table: &tbl, Apply: apply})
 					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "settings", Apply: apply, MaxAttempts: -1, BatchSize: -5, Delivery: 9, StartFrom: 9})
 					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "mail", Apply: apply, Read: feature.AnyUser()})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "many", Apply: apply, Partitions: 300})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "local", Apply: apply, Partitions: 4, Delivery: feature.PerInstance})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "parks", Apply: apply, Park: true, SkipApplyErrors: true})
+					r.DefineEvent("a.named", okPayload{})
+					named := map[string]feature.ApplyFunc{"a.named": nopApply, "task.created": nopApply}
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "by-name", Apply: named, Partitions: 4, PartitionBy: "name"})
+					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "by-customer", Apply: named, Partitions: 4, PartitionBy: "customerId"})
 					r.MultiStreamProjection(feature.MultiStreamProjection{Name: "twice", Apply: apply})
 					r.Projection("shared-name", feature.InlineProjection{Source: "task", Table: tenantTable("sn"), Apply: map[string]feature.ProjectionApplyFunc{"task.created": nopProject}})
 				}),
@@ -505,6 +512,10 @@ func TestBootRules(t *testing.T) {
 			{"a", `msp "settings"`, registry.RuleProjection, "Delivery 9"},
 			{"a", `msp "settings"`, registry.RuleProjection, "StartFrom 9"},
 			{"a", `msp "mail"`, registry.RuleProjection, "a Read rule without a table"},
+			{"a", `msp "many"`, registry.RuleProjection, "Partitions 300 is outside 0..256"},
+			{"a", `msp "local"`, registry.RuleProjection, "Partitions with PerInstance delivery"},
+			{"a", `msp "parks"`, registry.RuleProjection, "Park and SkipApplyErrors exclude each other"},
+			{"a", `msp "by-customer"`, registry.RuleProjection, `PartitionBy "customerId": the payload of "a.named" has no such field`},
 			{"b", `msp "twice"`, registry.RuleUnique, `already declared by feature "a"`},
 			{"b", `msp "shared-name"`, registry.RuleUnique, `already declared by feature "a"`},
 			{"b", `msp ""`, registry.RuleName, "projection names"},
