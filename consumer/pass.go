@@ -249,7 +249,7 @@ func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer,
 		ctx, span = e.startPass(ctx, c.Name, instance, deliver)
 		defer func() { endPass(span, res, err) }()
 	}
-	applied, next, failures, failed, failedEv := e.apply(ctx, tx, c, instance, sh.cursor, deliver, sh.taker(c), careful, timedOut)
+	applied, next, failures, failedEv, failed := e.apply(ctx, tx, c, instance, sh.cursor, deliver, sh.taker(c), careful, timedOut)
 	if failed != nil && !careful {
 		return false, false, fmt.Errorf("%w: %w", errHandlerFailed, failed)
 	}
@@ -440,7 +440,7 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 // with its error.
 func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, instance string, cursor int64, evs []eventstore.Event,
 	take func(eventstore.Event) bool, careful bool, timedOut *timeoutError,
-) (applied []eventstore.Event, next int64, failures int, failed error, failedEv eventstore.Event) {
+) (applied []eventstore.Event, next int64, failures int, failedEv eventstore.Event, failed error) {
 	next = cursor
 	guard := author.Savepoint
 	if !careful {
@@ -464,7 +464,7 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 			})
 			if err != nil {
 				if !careful || !c.SkipApplyErrors {
-					return nil, cursor, len(wanted), err, eventstore.Event{}
+					return nil, cursor, len(wanted), eventstore.Event{}, err
 				}
 				failed, failures = err, len(wanted)
 			} else {
@@ -474,7 +474,7 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 		if len(evs) > 0 {
 			next = evs[len(evs)-1].ID
 		}
-		return applied, next, failures, failed, eventstore.Event{}
+		return applied, next, failures, eventstore.Event{}, failed
 	}
 	var db pgx.Tx = tx
 	queued := c.Pipelined && !careful
@@ -495,7 +495,7 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 				err = fmt.Errorf("event %d (%s): %w", ev.ID, ev.Type, err)
 				failures++
 				if !careful || !c.SkipApplyErrors {
-					return applied, next, failures, err, ev
+					return applied, next, failures, ev, err
 				}
 				failed = err
 			} else {
@@ -506,10 +506,10 @@ func (e *Dispatcher) apply(ctx context.Context, tx *eventstore.Tx, c Consumer, i
 	}
 	if queued {
 		if err := tx.Flush(ctx); err != nil {
-			return nil, cursor, 1, fmt.Errorf("queued statements of the pass: %w", err), eventstore.Event{}
+			return nil, cursor, 1, eventstore.Event{}, fmt.Errorf("queued statements of the pass: %w", err)
 		}
 	}
-	return applied, next, failures, failed, eventstore.Event{}
+	return applied, next, failures, eventstore.Event{}, failed
 }
 
 // startPass starts the span of a pass that has events to look at, linked to
