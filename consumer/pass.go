@@ -426,10 +426,11 @@ func (e *Dispatcher) lockShard(ctx context.Context, tx pgx.Tx, c Consumer, insta
 	return sh, true, nil
 }
 
-// apply hands the events to the consumer in order and returns the events it
-// applied, the cursor after the last one passed, how many applications
-// failed, and the error of the event that stopped it (or the last one skipped
-// past, with SkipApplyErrors).
+// apply hands the events that take accepts to the consumer in order and
+// returns the events it applied, the cursor after the last one passed, how
+// many applications failed, and the event that stopped it (zero for a batch
+// or none) with its error (or the error of the last one skipped past, with
+// SkipApplyErrors).
 //
 // Without careful, handlers run directly in tx and the first failure ends
 // the apply (the caller then rolls back); with careful, each runs under a
