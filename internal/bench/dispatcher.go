@@ -346,6 +346,9 @@ func (b *bench) childCommand(ctx context.Context, side, schema, name string, arg
 	if err != nil {
 		return nil, err
 	}
+	if b.cfg.cpuProf != "" {
+		args = append(args, "-cpuprofile", fmt.Sprintf("%s.%s.%d", b.cfg.cpuProf, name, b.childProfiles.Add(1)))
+	}
 	cmd := exec.CommandContext(ctx, exe, append([]string{"-consume", side, "-consume-schema", schema, "-consume-name", name}, args...)...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+b.pool.Config().ConnString())
 	return cmd, nil

@@ -64,6 +64,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -128,6 +129,9 @@ type bench struct {
 	fwSnaps     string // the store's snapshots table
 	rawEvents   string // the raw baseline's identically shaped events table
 	rawArchived string // and its archived streams, empty
+	// childProfiles numbers the CPU profiles of the consuming processes
+	// (a pointer: a bench is copied, see compareLatency).
+	childProfiles *atomic.Int64
 }
 
 func main() {
@@ -136,7 +140,7 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
 	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs, asof, partitions); all when empty")
-	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof")
+	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof; a consuming process started by the run writes its own to FILE.<consumer>.<n>")
 	flag.BoolVar(&cfg.cpu, "cpu", false, "print each comparison's CPU time per unit of both sides: this process's and the local PostgreSQL server's (read from /proc)")
 	flag.BoolVar(&cfg.quick, "quick", false, "a smoke run under two minutes: 300ms per side, 1 round, 100ms warm-up, a tenth of the events (the ratios are rough)")
 	flag.StringVar(&cfg.consume, "consume", "", "internal: run as a consuming process of the dispatcher latency (dispatcher or raw) or of the partitions group (drain)")
@@ -148,7 +152,17 @@ func main() {
 	flag.DurationVar(&cfg.consumeSleep, "consume-sleep", 0, "internal: how long the handler of -consume drain waits per event")
 	flag.Parse()
 	if cfg.consume != "" {
-		if err := consumeMain(context.Background(), os.Getenv("DATABASE_URL"), cfg); err != nil {
+		stopProfile := func() {}
+		if cfg.cpuProf != "" {
+			var err error
+			if stopProfile, err = startCPUProfile(cfg.cpuProf); err != nil {
+				fmt.Fprintln(os.Stderr, "bench -consume:", err)
+				os.Exit(1)
+			}
+		}
+		err := consumeMain(context.Background(), os.Getenv("DATABASE_URL"), cfg)
+		stopProfile()
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench -consume:", err)
 			os.Exit(1)
 		}
@@ -238,15 +252,16 @@ func run(cfg config) error {
 	}
 
 	b := &bench{
-		cfg:         cfg,
-		n:           sizesFor(cfg.quick),
-		pool:        pool,
-		store:       store,
-		tenant:      uuid.MustParse("0190a000-0000-7000-8000-0000000be7c0"),
-		fwEvents:    pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
-		fwSnaps:     pgx.Identifier{schema, "kumiko_snapshots"}.Sanitize(),
-		rawEvents:   pgx.Identifier{rawSchema, "kumiko_events"}.Sanitize(),
-		rawArchived: pgx.Identifier{rawSchema, "kumiko_archived_streams"}.Sanitize(),
+		cfg:           cfg,
+		n:             sizesFor(cfg.quick),
+		pool:          pool,
+		store:         store,
+		tenant:        uuid.MustParse("0190a000-0000-7000-8000-0000000be7c0"),
+		fwEvents:      pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
+		fwSnaps:       pgx.Identifier{schema, "kumiko_snapshots"}.Sanitize(),
+		rawEvents:     pgx.Identifier{rawSchema, "kumiko_events"}.Sanitize(),
+		rawArchived:   pgx.Identifier{rawSchema, "kumiko_archived_streams"}.Sanitize(),
+		childProfiles: new(atomic.Int64),
 	}
 	if err := b.printHeader(ctx, schema); err != nil {
 		return err
