@@ -400,6 +400,8 @@ func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance str
 	var (
 		ceiling time.Duration // of the backoff; 0 while passes succeed
 		pending time.Time     // when events still undelivered were first known; zero: none
+		known   int64         // the cursor the last pass left (0: unknown)
+		last    time.Time     // when that pass looked at the shard
 	)
 	for ctx.Err() == nil {
 		since := time.Now()
@@ -416,10 +418,18 @@ func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance str
 		if ctx.Err() != nil {
 			return // a stop began while this loop waited or backed off
 		}
+		if ceiling == 0 && e.idlePartition(passCtx, c, instance, known, last) {
+			pending = time.Time{}
+			await(ctx, c, w.ch, e.cfg.PollInterval, started)
+			continue
+		}
 		end := e.passes.Begin(c.Name)
 		res, err := e.pass(passCtx, c, instance, since)
 		end()
 		pending = time.Time{}
+		if known = 0; err == nil && res.Locked && !res.More {
+			known, last = res.Cursor, time.Now()
+		}
 		if err != nil || res.More || res.waiting || res.Failed != nil || !res.Locked {
 			// Still undelivered as far as this process knows — also when
 			// the pass did not get to look (another transaction held the

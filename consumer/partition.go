@@ -231,3 +231,57 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // isPartition reports whether instance is a partition's shard.
 func isPartition(instance string) bool { return strings.HasPrefix(instance, partitionPrefix) }
+
+// partitionIndex is the partition of a partition's shard instance id.
+func partitionIndex(instance string) (int, bool) {
+	rest, ok := strings.CutPrefix(instance, partitionPrefix)
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.Atoi(strings.TrimSuffix(rest, "__"))
+	return k, err == nil
+}
+
+// idlePartition reports whether the partition shard instance of c may
+// leave this wake-up without a pass: the log after known — its cursor as
+// its last pass left it, less than a PollInterval ago (last) — holds none
+// of its events, as far as this process has read (prefetch). Only the
+// partitions with events of their own then run a transaction per commit;
+// the others move their cursors once per PollInterval (a reset, a
+// repartition's fence or a parked stream's retry waits at most that long).
+func (e *Dispatcher) idlePartition(ctx context.Context, c Consumer, instance string, known int64, last time.Time) bool {
+	k, ok := partitionIndex(instance)
+	if !ok || known == 0 || time.Since(last) >= e.cfg.PollInterval {
+		return false
+	}
+	n, err := e.storedPartitions(ctx, c.Name)
+	if err != nil || n == 0 {
+		return false
+	}
+	w, ok := e.prefetch(ctx, c, known, n)
+	return ok && !w.holds(c, known, k, n)
+}
+
+// prefetch answers the window after cursor that the partitions of c (of n)
+// share in this process: one kept, one read in flight, or one it reads now
+// in a short transaction of its own, by the rules of a pass's read (with no
+// gap recorded: a gap ends the window). ok is false when nothing after
+// cursor is known complete.
+func (e *Dispatcher) prefetch(ctx context.Context, c Consumer, cursor int64, n int) (window, bool) {
+	w, ok, publish := e.reads[c.Name].get(cursor)
+	if ok {
+		return w, true
+	}
+	sh := &shard{cursor: cursor, partitions: n}
+	limit := sh.limit(c)
+	err := eventstore.RunTx(ctx, e.pool, func(tx *eventstore.Tx) error {
+		h, settled, evs, err := e.read(ctx, tx, sh, limit)
+		if err == nil {
+			w = completeWindow(sh, evs, h, settled, limit).partitioned(c, n)
+		}
+		return err
+	})
+	found := err == nil && w.to > w.from
+	publish(w, found)
+	return w, found
+}

@@ -238,7 +238,7 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 // timedOut is the call that timed out in the run before (see apply).
 func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer, instance string, sh *shard, careful bool, timedOut *timeoutError, res *PassResult) (waiting, newGap bool, err error) {
 	limit := sh.limit(c)
-	h, settled, evs, err := e.readShared(ctx, tx, c, sh, limit)
+	h, settled, evs, shared, err := e.readShared(ctx, tx, c, sh, limit)
 	if err != nil {
 		return false, false, err
 	}
@@ -275,6 +275,11 @@ func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer,
 		next = max(next, min(settled, h.LastID))
 	}
 	res.More = res.More || len(evs) == limit && (failed == nil || c.SkipApplyErrors)
+	if shared && failed == nil && next < sh.head {
+		// The window was read before the newest commit the lock saw: look
+		// again rather than wait for a wake-up this pass used up.
+		res.More = true
+	}
 	waiting = len(deliver) < len(evs) && (failed == nil || c.SkipApplyErrors)
 	newGap = len(deliver) < len(evs) && (sh.gapHorizon <= next || overlapsNone(sh.gapWriters, h.Writers))
 	if newGap {
@@ -335,22 +340,32 @@ func (e *Dispatcher) read(ctx context.Context, tx pgx.Tx, sh *shard, limit int) 
 // readShared is read for a partition of a partitioned consumer through its
 // reads (see window.go): it takes what another pass of the consumer in this
 // process found complete, or reads and shares what it finds complete.
-func (e *Dispatcher) readShared(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard, limit int) (h eventstore.Horizon, settled int64, evs []eventstore.Event, err error) {
+//
+// shared reports that the events came from a window (only the shard's own
+// partition's, see window.take).
+func (e *Dispatcher) readShared(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard, limit int) (h eventstore.Horizon, settled int64, evs []eventstore.Event, shared bool, err error) {
 	if sh.partitions == 0 {
-		return e.read(ctx, tx, sh, limit)
+		h, settled, evs, err = e.read(ctx, tx, sh, limit)
+		return h, settled, evs, false, err
 	}
 	w, ok, publish := e.reads[c.Name].get(sh.cursor)
 	if ok {
-		evs, to := w.take(sh.cursor, sh.fence, limit)
-		return eventstore.Horizon{LastID: to}, to, evs, nil
+		evs, to := w.take(sh.cursor, sh.fence, limit, sh.partition, sh.partitions)
+		return eventstore.Horizon{LastID: to}, to, evs, true, nil
 	}
 	h, settled, evs, err = e.read(ctx, tx, sh, limit)
 	if err != nil {
 		publish(window{}, false)
-		return h, settled, evs, err
+		return h, settled, evs, false, err
 	}
-	// Complete: up to the settled point when everything read lies below
-	// it, else up to the last event delivered.
+	publish(completeWindow(sh, evs, h, settled, limit).partitioned(c, sh.partitions), true)
+	return h, settled, evs, false, nil
+}
+
+// completeWindow is the window a read after sh's cursor found complete:
+// up to the settled point when everything read lies below it, else up to the
+// last event deliverable.
+func completeWindow(sh *shard, evs []eventstore.Event, h eventstore.Horizon, settled int64, limit int) window {
 	deliver := deliverable(evs, sh.cursor, settled)
 	to := sh.cursor
 	switch {
@@ -365,8 +380,7 @@ func (e *Dispatcher) readShared(ctx context.Context, tx pgx.Tx, c Consumer, sh *
 	if sh.fence > 0 {
 		to = min(to, sh.fence)
 	}
-	publish(window{from: sh.cursor, to: to, evs: deliver}, true)
-	return h, settled, evs, nil
+	return window{from: sh.cursor, to: to, evs: deliver}
 }
 
 // settled is how far the log is settled for the shard as of h: every id up

@@ -30,6 +30,35 @@ const maxWindows = 4
 type window struct {
 	from, to int64
 	evs      []eventstore.Event
+	// n is the partition count parts was worked out for; parts[i] is the
+	// partition of evs[i] among n, worked out once for every partition's
+	// pass. parts is nil when n is 0 (unknown).
+	n     int
+	parts []int
+}
+
+// partitioned returns w with the partition of each event among n, by
+// c's key.
+func (w window) partitioned(c Consumer, n int) window {
+	w.n, w.parts = n, make([]int, len(w.evs))
+	for i, ev := range w.evs {
+		w.parts[i] = PartitionOf(c.key(ev), n)
+	}
+	return w
+}
+
+// holds reports whether w has an event of partition k of n (that c wants)
+// after cursor; true when w does not know the partitions among n.
+func (w window) holds(c Consumer, cursor int64, k, n int) bool {
+	if w.n != n {
+		return true
+	}
+	for i, ev := range w.evs {
+		if ev.ID > cursor && w.parts[i] == k && c.wants(ev.Type) {
+			return true
+		}
+	}
+	return false
 }
 
 // reads is one consumer's shared windows and the reads in flight.
@@ -47,16 +76,18 @@ type fetch struct {
 	ok   bool
 }
 
-// take returns the events after cursor up to upTo (0: no bound), at most
-// limit, from a window that holds cursor, and how far the answer is
-// complete.
-func (w window) take(cursor, upTo int64, limit int) (evs []eventstore.Event, to int64) {
+// take returns the events of partition k of n after cursor up to upTo (0:
+// no bound), at most limit, from a window that holds cursor, and how far
+// the answer is complete: the other partitions' events are not copied, the
+// cursor moves over them all the same. When w does not know the partitions
+// among n, it returns every event.
+func (w window) take(cursor, upTo int64, limit, k, n int) (evs []eventstore.Event, to int64) {
 	to = w.to
 	if upTo > 0 {
 		to = min(to, upTo)
 	}
-	for _, ev := range w.evs {
-		if ev.ID <= cursor {
+	for i, ev := range w.evs {
+		if ev.ID <= cursor || w.n == n && w.parts[i] != k {
 			continue
 		}
 		if ev.ID > to {
