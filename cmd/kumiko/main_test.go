@@ -124,7 +124,7 @@ func TestGenericBinary(t *testing.T) {
 	require.Contains(t, ok("migrate"), "is up to date")
 	require.Contains(t, ok("migrate"), "is up to date")
 
-	require.Regexp(t, `(?m)^mirror\s+__shared__\s+-\s+catching_up\s+0\s`, ok("consumer", "list"))
+	require.Regexp(t, `(?m)^mirror\s+__shared__\s+-\s+-\s+-\s+catching_up\s+0\s`, ok("consumer", "list"))
 	require.Contains(t, ok("consumer", "disable", "mirror"), "disabled")
 	_, errOut, code := run("consumer", "disable", "mirror")
 	require.NotEqual(t, 0, code)

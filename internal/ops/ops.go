@@ -307,7 +307,7 @@ func (o *ops) migrateCmd() *cobra.Command {
 func (o *ops) consumerCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "consumer",
-		Short: "List and operate the event consumers (projections, SSE feeds)",
+		Short: "List and operate the event consumers (projections, SSE feeds, the jobs trigger): shards, parked streams, reset, repartition",
 	}
 	root.AddCommand(&cobra.Command{
 		Use:   "list",
