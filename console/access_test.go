@@ -106,6 +106,14 @@ func TestCSRF(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, first(post("/ops/consumers/restart", "https://evil.example", form, cookies, csrf)), "another origin")
 	require.Equal(t, http.StatusForbidden, first(post("/ops/consumers/restart", "", form, cookies, csrf)), "no origin")
 	require.Equal(t, http.StatusOK, first(post("/ops/consumers/restart", e.url, form, cookies, csrf)))
+
+	// The parked streams' actions alike; a stream not parked is a refusal
+	// the page shows (200), an unknown action 404.
+	parked := url.Values{"name": {"entry_mail"}, "stream": {"not-parked"}}
+	require.Equal(t, http.StatusForbidden, first(post("/ops/consumers/parked/retry", e.url, parked, cookies, "")), "no CSRF token")
+	require.Equal(t, http.StatusForbidden, first(post("/ops/consumers/parked/skip", "https://evil.example", parked, cookies, csrf)), "another origin")
+	require.Equal(t, http.StatusOK, first(post("/ops/consumers/parked/retry", e.url, parked, cookies, csrf)))
+	require.Equal(t, http.StatusNotFound, first(post("/ops/consumers/parked/drop", e.url, parked, cookies, csrf)))
 }
 
 // first is the first of two values.

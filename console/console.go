@@ -2,7 +2,8 @@
 // pages under one prefix (by default /ops) that show the async event
 // dispatcher's consumer shards, the projections, the event log and an
 // aggregate's timeline, and act on them (restart, skip, disable, enable a
-// shard; rebuild a projection), with live updates over server-sent events.
+// shard; retry or skip a parked stream; rebuild a projection), with live
+// updates over server-sent events.
 // Its jobs page says whether any process works the app's jobs and warns of
 // jobs waiting past their time, above River's UI.
 //
@@ -191,6 +192,7 @@ func (c *Console) routes() *http.ServeMux {
 	m.Handle("GET "+p+"/consumers", c.page(c.render("consumers", "Consumers")))
 	m.Handle("GET "+p+"/consumers/live", c.page(c.live(c.consumerState)))
 	m.Handle("POST "+p+"/consumers/{op}", c.action(c.consumerAction))
+	m.Handle("POST "+p+"/consumers/parked/{op}", c.action(c.parkedAction))
 	m.Handle("GET "+p+"/projections", c.page(c.render("projections", "Projections")))
 	m.Handle("GET "+p+"/projections/live", c.page(c.live(c.projectionState)))
 	m.Handle("POST "+p+"/projections/rebuild", c.action(c.rebuild))

@@ -197,3 +197,37 @@ func TestNarrowScreenAndKeyboard(t *testing.T) {
 	require.Equal(t, "confirm-cancel", focused, "the confirmation opens on Cancel")
 	tb.run(t, chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter), visible(row+`[data-rebuild="100"]`))
 }
+
+// A partitioned consumer shows its partitions and their owner; a stream
+// whose event failed is parked on the page, with its error; the operator
+// retries one stream and skips another's failing event, and the consumer's
+// next pass carries them out.
+func TestParkedStreamsPage(t *testing.T) {
+	e := newEnv(t)
+	tb := newTab(t)
+	parkable.Store(true)
+	t.Cleanup(func() { parkable.Store(false) })
+	mailedParcels.Store(0)
+	retried := e.write(t, "entry.create", map[string]any{"note": "parcel"})["id"].(string)
+	skipped := e.write(t, "entry.create", map[string]any{"note": "parcel"})["id"].(string)
+	tb.login(t, e, "/ops/consumers", token(t, "olga", "Operator"))
+	for _, k := range []string{"0", "1"} {
+		row := `#consumers tr[data-key="entry_mail/__partition_` + k + `__"][data-partition="` + k + `/2"]`
+		tb.run(t, visible(row))
+		require.Equal(t, "t", tb.text(t, row+` td:nth-child(4)`), "the owner: the only live process")
+	}
+	rowA, rowB := `#parked tr[data-key="entry_mail/`+retried+`"]`, `#parked tr[data-key="entry_mail/`+skipped+`"]`
+	tb.run(t, visible(rowA), visible(rowB))
+	require.Contains(t, tb.text(t, rowA+` td.err`), "the parcel cannot be mailed")
+	parked, err := chromedp.Run(tb.ctx, chromedp.Evaluate[int](
+		`[...document.querySelectorAll('#consumers tr[data-key^="entry_mail/"]')].reduce((n, r) => n + Number(r.dataset.parked), 0)`))
+	require.NoError(t, err)
+	require.Equal(t, 2, parked, "the shards count their parked streams")
+
+	parkable.Store(false)
+	tb.run(t, confirm(rowA+` button[data-op="retry"]`), visible(`#notice.ok`), chromedp.WaitNotPresent(chromedp.CSS(rowA)))
+	require.Contains(t, tb.text(t, `#notice`), "retry requested")
+	tb.run(t, confirm(rowB+` button[data-op="skip"]`), visible(`#notice.ok`), chromedp.WaitNotPresent(chromedp.CSS(rowB)))
+	tb.run(t, visible(`#parked tr.empty`))
+	require.Equal(t, int32(1), mailedParcels.Load(), "the retried parcel is mailed, the skipped one never")
+}

@@ -43,8 +43,16 @@ var poisoned atomic.Bool
 // set it do not run in parallel.
 var held atomic.Pointer[chan struct{}]
 
+// parkable makes entry_mail fail on an entry whose note is "parcel"; the
+// tests that set it do not run in parallel.
+var parkable atomic.Bool
+
+// mailedParcels counts the "parcel" entries entry_mail handled.
+var mailedParcels atomic.Int32
+
 // ledger keeps entries three ways: their table, an inline count and a
-// multi-stream log that a poison entry breaks while poisoned is set.
+// multi-stream log that a poison entry breaks while poisoned is set; and
+// mails them (entry_mail: two partitions, parking a stream that fails).
 var ledger = feature.Define("ledger", func(r *feature.Registrar) {
 	r.Entity("entry", feature.Fields{"note": feature.Text().Required().MaxLen(100)})
 	r.Crud("entry", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
@@ -99,6 +107,22 @@ var ledger = feature.Define("ledger", func(r *feature.Registrar) {
 				return err
 			}
 			return ctx.Publish("entry.noted", noted{Note: v.Note})
+		}},
+	})
+	r.MultiStreamProjection(feature.MultiStreamProjection{
+		Name: "entry_mail", Partitions: 2, Park: true, MaxAttempts: 1,
+		Apply: map[string]feature.ApplyFunc{"entry.created": func(_ feature.ApplyContext, e feature.Event) error {
+			v, err := feature.Decode[struct {
+				Note string `json:"note"`
+			}](e)
+			if err != nil || v.Note != "parcel" {
+				return err
+			}
+			if parkable.Load() {
+				return errors.New("the parcel cannot be mailed")
+			}
+			mailedParcels.Add(1)
+			return nil
 		}},
 	})
 	r.IntegrationEvent("entry.noted", noted{})

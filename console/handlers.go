@@ -111,26 +111,56 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ session) {
 	http.Redirect(w, r, c.cfg.Prefix+"/login", http.StatusSeeOther)
 }
 
+// consumersView is the consumers page's state: the shards and the parked
+// streams.
+type consumersView struct {
+	Shards []consumer.ShardStatus  `json:"shards"`
+	Parked []consumer.ParkedStream `json:"parked"`
+}
+
 // consumerState is what the consumers page shows.
 func (c *Console) consumerState(r *http.Request) (any, error) {
-	return c.ops.List(r.Context())
+	shards, err := c.ops.List(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	parked, err := c.ops.Parked(r.Context(), "")
+	if err != nil {
+		return nil, err
+	}
+	return consumersView{Shards: shards, Parked: parked}, nil
+}
+
+// POST /consumers/parked/{op}: ask for the parked stream named by the
+// fields name and stream to be retried or its failing event skipped; the
+// shard's next pass carries it out.
+func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request, _ session) {
+	consumerOp(w, r, c, "parked stream", "the operations on a parked stream are retry and skip", r.PostFormValue("stream"),
+		map[string]func(context.Context, string, string) (consumer.ParkedStream, error){"retry": c.ops.RetryParked, "skip": c.ops.SkipParked})
 }
 
 // POST /consumers/{op}: restart, skip, disable or enable the shard named by
 // the fields name and instance.
 func (c *Console) consumerAction(w http.ResponseWriter, r *http.Request, _ session) {
-	var op func(ctx context.Context, name, instanceID string) (consumer.ShardStatus, error)
-	switch r.PathValue("op") {
-	case "restart":
-		op = c.ops.Restart
-	case "skip":
-		op = c.ops.Skip
-	case "disable":
-		op = c.ops.Disable
-	case "enable":
-		op = c.ops.Enable
-	default:
-		problem(w, kumikotype.CodeNotFound, kumikotype.ReasonUnknownOperation, "the operations are restart, skip, disable and enable")
+	instance := r.PostFormValue("instance")
+	if instance == consumer.SharedInstance {
+		instance = ""
+	}
+	consumerOp(w, r, c, "consumer", "the operations are restart, skip, disable and enable", instance,
+		map[string]func(context.Context, string, string) (consumer.ShardStatus, error){
+			"restart": c.ops.Restart, "skip": c.ops.Skip, "disable": c.ops.Disable, "enable": c.ops.Enable,
+		})
+}
+
+// consumerOp runs the operation of ops that the path value op names on the
+// consumer named by the field name and arg (its shard, its stream) and
+// answers {"data": its result}, or the refusal (see refuse).
+func consumerOp[T any](w http.ResponseWriter, r *http.Request, c *Console, what, known, arg string,
+	ops map[string]func(ctx context.Context, name, arg string) (T, error),
+) {
+	op, ok := ops[r.PathValue("op")]
+	if !ok {
+		problem(w, kumikotype.CodeNotFound, kumikotype.ReasonUnknownOperation, known)
 		return
 	}
 	name := r.PostFormValue("name")
@@ -138,16 +168,12 @@ func (c *Console) consumerAction(w http.ResponseWriter, r *http.Request, _ sessi
 		problem(w, kumikotype.CodeValidation, kumikotype.ReasonMissingName, "name the consumer")
 		return
 	}
-	instance := r.PostFormValue("instance")
-	if instance == consumer.SharedInstance {
-		instance = ""
-	}
-	st, err := op(r.Context(), name, instance)
+	res, err := op(r.Context(), name, arg)
 	if err != nil {
-		refuse(w, c, "consumer "+r.PathValue("op"), err)
+		refuse(w, c, what+" "+r.PathValue("op"), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": st})
+	writeJSON(w, http.StatusOK, map[string]any{"data": res})
 }
 
 // projectionState is what the projections page shows: every projection's

@@ -123,12 +123,12 @@
     disable: "Disable {s}? Passes leave it alone until it is enabled.",
     enable: "Enable {s}? Passes resume from its cursor."
   };
-  function consumers(list) {
-    rows(document.querySelector("#consumers tbody"), list, function (s) { return s.name + "/" + s.instanceId; },
+  function consumers(v) {
+    rows(document.querySelector("#consumers tbody"), v.shards, function (s) { return s.name + "/" + s.instanceId; },
       function (tr, key) {
-        cells(tr, 11, ["", "", "status", "n", "n", "n lag", "n", "spark", "n", "err", "actions"]);
+        cells(tr, 14, ["", "", "", "", "status", "n", "n", "n lag", "n", "spark", "n", "n parked", "err", "actions"]);
         Object.keys(ops).forEach(function (op) {
-          button(tr.children[10], tr, key, op, op + " " + key, function () { return ops[op].replace("{s}", key); }, function (s) {
+          button(tr.children[13], tr, key, op, op + " " + key, function () { return ops[op].replace("{s}", key); }, function (s) {
             post("/consumers/" + op, { name: s.name, instance: s.instanceId }).then(function (r) {
               notice(r.ok ? key + ": " + op + " done, now " + r.body.data.status + "." : key + ": " + op + " refused: " + (r.body.detail || r.body.code), r.ok);
             });
@@ -137,9 +137,12 @@
       },
       function (tr, s) {
         var key = tr.dataset.key;
+        var partition = s.partitions ? s.partition + "/" + s.partitions : "";
         tr.dataset.status = s.status;
         tr.dataset.lag = String(s.lagEvents);
-        tr.children[2].className = "status status-" + s.status;
+        tr.dataset.partition = partition;
+        tr.dataset.parked = String(s.parked);
+        tr.children[4].className = "status status-" + s.status;
         // A stuck shard names the event its handler runs on, the process
         // running it and for how long.
         var status = s.status + (s.liveness ? " (" + s.liveness + ")" : "");
@@ -149,12 +152,28 @@
         } else {
           delete tr.dataset.stuckEvent;
         }
-        setCells(tr, [s.name, s.instanceId, status, num(s.cursor), num(s.head),
+        setCells(tr, [s.name, s.instanceId, partition, s.owner || (s.partitions ? "none live" : ""), status, num(s.cursor), num(s.head),
           num(s.lagEvents), secs(s.lagSeconds), null,
           s.gapWaitSeconds ? secs(s.gapWaitSeconds) + (s.gapBackends.length ? " (pids " + s.gapBackends.join(", ") + ")" : "") : "",
-          s.lastError]);
-        tr.children[7].replaceChildren(sparkline(key, s.lagEvents));
+          s.parked ? String(s.parked) : "", s.lastError]);
+        tr.children[9].replaceChildren(sparkline(key, s.lagEvents));
       }, "No consumer shards yet.");
+    rows(document.querySelector("#parked tbody"), v.parked, function (p) { return p.name + "/" + p.stream; },
+      function (tr, key) {
+        cells(tr, 10, ["", "", "", "n", "", "n", "", "action", "err", "actions"]);
+        [["retry", "Retry the stream {s} from the event that failed?"], ["skip", "Skip the failing event of the stream {s}? The consumer will never handle it."]].forEach(function (a) {
+          button(tr.children[9], tr, key, a[0], a[0] + " " + key, function () { return a[1].replace("{s}", key); }, function (p) {
+            post("/consumers/parked/" + a[0], { name: p.name, stream: p.stream }).then(function (r) {
+              notice(r.ok ? key + ": " + a[0] + " requested; the consumer's next pass does it." : key + ": " + a[0] + " refused: " + (r.body.detail || r.body.code), r.ok);
+            });
+          });
+        });
+      },
+      function (tr, p) {
+        tr.dataset.action = p.action;
+        setCells(tr, [p.name, p.shard, p.stream, p.eventId, p.eventType, p.attempts, new Date(p.since).toLocaleString(),
+          p.action || "", p.lastError]);
+      }, "No parked streams.");
   }
 
   function projections(list) {
