@@ -418,7 +418,7 @@ func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance str
 		if ctx.Err() != nil {
 			return // a stop began while this loop waited or backed off
 		}
-		if ceiling == 0 && e.idlePartition(passCtx, c, instance, known, last) {
+		if ceiling == 0 && e.idlePartition(passCtx, c, instance, known, last, since) {
 			pending = time.Time{}
 			await(ctx, c, w.ch, e.cfg.PollInterval, started)
 			continue

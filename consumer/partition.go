@@ -249,7 +249,7 @@ func partitionIndex(instance string) (int, bool) {
 // partitions with events of their own then run a transaction per commit;
 // the others move their cursors once per PollInterval (a reset, a
 // repartition's fence or a parked stream's retry waits at most that long).
-func (e *Dispatcher) idlePartition(ctx context.Context, c Consumer, instance string, known int64, last time.Time) bool {
+func (e *Dispatcher) idlePartition(ctx context.Context, c Consumer, instance string, known int64, last, since time.Time) bool {
 	k, ok := partitionIndex(instance)
 	if !ok || known == 0 || time.Since(last) >= e.cfg.PollInterval {
 		return false
@@ -258,23 +258,34 @@ func (e *Dispatcher) idlePartition(ctx context.Context, c Consumer, instance str
 	if err != nil || n == 0 {
 		return false
 	}
-	w, ok := e.prefetch(ctx, c, known, n)
-	return ok && !w.holds(c, known, k, n)
+	w, ok := e.prefetch(ctx, c, known, n, since)
+	return ok && w.head && !w.holds(c, known, k, n)
 }
 
 // prefetch answers the window after cursor that the partitions of c (of n)
 // share in this process: one kept, one read in flight, or one it reads now
 // in a short transaction of its own, by the rules of a pass's read (with no
-// gap recorded: a gap ends the window). ok is false when nothing after
-// cursor is known complete.
-func (e *Dispatcher) prefetch(ctx context.Context, c Consumer, cursor int64, n int) (window, bool) {
-	w, ok, publish := e.reads[c.Name].get(cursor)
+// gap recorded: a gap ends the window). Only a read begun since since —
+// the commits this wake-up announced are in it — counts. ok is false when
+// nothing after cursor is known complete.
+func (e *Dispatcher) prefetch(ctx context.Context, c Consumer, cursor int64, n int, since time.Time) (window, bool) {
+	r := e.reads[c.Name]
+	if w, ok := r.peek(cursor, since); ok {
+		return w, true
+	}
+	// The connection first: passes that wait for this read hold theirs.
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return window{}, false
+	}
+	defer conn.Release()
+	w, ok, publish := r.get(cursor, since)
 	if ok {
 		return w, true
 	}
 	sh := &shard{cursor: cursor, partitions: n}
 	limit := sh.limit(c)
-	err := eventstore.RunTx(ctx, e.pool, func(tx *eventstore.Tx) error {
+	err = eventstore.RunTxOn(ctx, conn.Conn(), func(tx *eventstore.Tx) error {
 		h, settled, evs, err := e.read(ctx, tx, sh, limit)
 		if err == nil {
 			w = completeWindow(sh, evs, h, settled, limit).partitioned(c, n)

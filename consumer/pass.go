@@ -348,7 +348,7 @@ func (e *Dispatcher) readShared(ctx context.Context, tx pgx.Tx, c Consumer, sh *
 		h, settled, evs, err = e.read(ctx, tx, sh, limit)
 		return h, settled, evs, false, err
 	}
-	w, ok, publish := e.reads[c.Name].get(sh.cursor)
+	w, ok, publish := e.reads[c.Name].get(sh.cursor, time.Time{})
 	if ok {
 		evs, to := w.take(sh.cursor, sh.fence, limit, sh.partition, sh.partitions)
 		return eventstore.Horizon{LastID: to}, to, evs, true, nil
@@ -380,7 +380,7 @@ func completeWindow(sh *shard, evs []eventstore.Event, h eventstore.Horizon, set
 	if sh.fence > 0 {
 		to = min(to, sh.fence)
 	}
-	return window{from: sh.cursor, to: to, evs: deliver}
+	return window{from: sh.cursor, to: to, evs: deliver, head: len(deliver) == len(evs) && len(evs) < limit && (sh.fence == 0 || to < sh.fence)}
 }
 
 // settled is how far the log is settled for the shard as of h: every id up

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"sync"
+	"time"
 
 	"github.com/kumiko-go/kumiko/eventstore"
 )
@@ -30,6 +31,11 @@ const maxWindows = 4
 type window struct {
 	from, to int64
 	evs      []eventstore.Event
+	// at is when the read began: every commit announced before it is in
+	// the read's snapshot. head reports that the read found nothing beyond
+	// the window that had committed by then.
+	at   time.Time
+	head bool
 	// n is the partition count parts was worked out for; parts[i] is the
 	// partition of evs[i] among n, worked out once for every partition's
 	// pass. parts is nil when n is 0 (unknown).
@@ -68,9 +74,10 @@ type reads struct {
 	inflight map[int64]*fetch // by the cursor read after
 }
 
-// fetch is a read in flight; done closes when it is over, ok tells whether
-// it found a window.
+// fetch is a read in flight, begun at at; done closes when it is over, ok
+// tells whether it found a window.
 type fetch struct {
+	at   time.Time
 	done chan struct{}
 	w    window
 	ok   bool
@@ -101,27 +108,37 @@ func (w window) take(cursor, upTo int64, limit, k, n int) (evs []eventstore.Even
 	return evs, to
 }
 
-// find returns a window that holds cursor (from ≤ cursor < to).
-func (r *reads) find(cursor int64) (window, bool) {
+// find returns a window read since notBefore that holds cursor
+// (from ≤ cursor < to).
+func (r *reads) find(cursor int64, notBefore time.Time) (window, bool) {
 	for i := len(r.windows) - 1; i >= 0; i-- {
-		if w := r.windows[i]; w.from <= cursor && cursor < w.to {
+		if w := r.windows[i]; w.from <= cursor && cursor < w.to && !w.at.Before(notBefore) {
 			return w, true
 		}
 	}
 	return window{}, false
 }
 
+// peek answers a window kept, read since notBefore, that holds cursor.
+func (r *reads) peek(cursor int64, notBefore time.Time) (window, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.find(cursor, notBefore)
+}
+
 // get answers a window holding cursor: one kept, or the one a read in
 // flight after cursor finds (it waits for that read). Otherwise it returns
 // ok false and a function the caller must call with what it read itself
 // (found false when it found nothing to share).
-func (r *reads) get(cursor int64) (w window, ok bool, publish func(w window, found bool)) {
+//
+// Only windows and reads begun since notBefore count (zero: any).
+func (r *reads) get(cursor int64, notBefore time.Time) (w window, ok bool, publish func(w window, found bool)) {
 	r.mu.Lock()
-	if w, ok := r.find(cursor); ok {
+	if w, ok := r.find(cursor, notBefore); ok {
 		r.mu.Unlock()
 		return w, true, nil
 	}
-	if f := r.inflight[cursor]; f != nil {
+	if f := r.inflight[cursor]; f != nil && !f.at.Before(notBefore) {
 		r.mu.Unlock()
 		<-f.done
 		if f.ok {
@@ -129,15 +146,18 @@ func (r *reads) get(cursor int64) (w window, ok bool, publish func(w window, fou
 		}
 		return window{}, false, func(window, bool) {}
 	}
-	f := &fetch{done: make(chan struct{})}
+	f := &fetch{at: time.Now(), done: make(chan struct{})}
 	if r.inflight == nil {
 		r.inflight = map[int64]*fetch{}
 	}
 	r.inflight[cursor] = f
 	r.mu.Unlock()
 	return window{}, false, func(w window, found bool) {
+		w.at = f.at
 		r.mu.Lock()
-		delete(r.inflight, cursor)
+		if r.inflight[cursor] == f {
+			delete(r.inflight, cursor)
+		}
 		if found && w.to > w.from {
 			f.w, f.ok = w, true
 			r.windows = append(r.windows, w)
