@@ -21,7 +21,7 @@ type queries struct {
 	// Parked streams (see park.go).
 	parkedActions, park, unpark, parkFailed, parkedList, parkedAct string
 	// Resets and repartitions (see reset.go).
-	positionAt, reset, resetParked, audit, fence, unfence, shardsOf, dropShards, insertPartitions, moveParked, parkedStreams string
+	reset, resetParked, audit, fence, unfence, shardsOf, dropShards, insertPartitions, moveParked, parkedStreams string
 	// Instance liveness (see liveness.go).
 	beat, stuckClear, stuckInsert, instances, gcTimeout, gcLockShards, gcLock, gcStale, gcCount, gcShards, gcInstances string
 	// The operations.
@@ -40,7 +40,6 @@ func newQueries(schema string) queries {
 		"{members}", pgx.Identifier{schema, "kumiko_consumer_members"}.Sanitize(),
 		"{parked}", pgx.Identifier{schema, "kumiko_consumer_parked"}.Sanitize(),
 		"{audit}", pgx.Identifier{schema, "kumiko_consumer_audit"}.Sanitize(),
-		"{events}", pgx.Identifier{schema, "kumiko_events"}.Sanitize(),
 		"{log}", pgx.Identifier{schema}.Sanitize()+".kumiko_log",
 	)
 	const cols = `c.last_processed_event_id, c.status, c.attempts, c.last_error, c.gap_horizon, c.gap_writers,
@@ -223,7 +222,6 @@ WHERE $1 = '' OR name = $1 ORDER BY name, since, stream`)
 	q.parkedAct = r.Replace(`UPDATE {parked} SET action = $3 WHERE name = $1 AND stream = $2
 RETURNING name, shard, stream, event_id, event_type, last_error, attempts, since, action`)
 
-	q.positionAt = r.Replace(`SELECT COALESCE(max(id), 0) FROM {events} WHERE created_at < $1`)
 	q.shardsOf = r.Replace(`SELECT instance_id, last_processed_event_id, status, partitions FROM {consumers} WHERE name = $1
 ORDER BY instance_id FOR UPDATE`)
 	q.reset = r.Replace(`UPDATE {consumers} SET last_processed_event_id = $2, status = CASE WHEN status = 'disabled' THEN status ELSE 'idle' END,

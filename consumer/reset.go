@@ -49,11 +49,7 @@ type ResetResult struct {
 // event created before t (0 when none), so that the events created at t or
 // later are delivered again.
 func (o *Ops) PositionAt(ctx context.Context, t time.Time) (int64, error) {
-	var id int64
-	if err := o.pool.QueryRow(ctx, o.sql.positionAt, t).Scan(&id); err != nil {
-		return 0, eventstore.TranslateError(fmt.Errorf("position at %s: %w", t, err))
-	}
-	return id, nil
+	return o.store.PositionAt(ctx, t)
 }
 
 // Reset moves every shard of the consumer name — all its partitions, or its

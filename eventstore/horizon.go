@@ -97,3 +97,14 @@ func (s *Store) ReadRangeTx(ctx context.Context, tx pgx.Tx, after, upTo int64, l
 	}
 	return evs, nil
 }
+
+// PositionAt is the id of the newest event created before t (0 when none):
+// the position after which the events created at t or later lie.
+func (s *Store) PositionAt(ctx context.Context, t time.Time) (int64, error) {
+	var id int64
+	q := `SELECT COALESCE(max(id), 0) FROM ` + pgx.Identifier{s.Schema(), "kumiko_events"}.Sanitize() + ` WHERE created_at < $1`
+	if err := s.pool.QueryRow(ctx, q, t).Scan(&id); err != nil {
+		return 0, TranslateError(fmt.Errorf("position at %s: %w", t, err))
+	}
+	return id, nil
+}

@@ -26,6 +26,9 @@ var owners = map[string]string{
 	"kumiko_consumer_migrations": "consumer",
 	"kumiko_instances":           "consumer",
 	"kumiko_consumer_stuck":      "consumer",
+	"kumiko_consumer_members":    "consumer",
+	"kumiko_consumer_parked":     "consumer",
+	"kumiko_consumer_audit":      "consumer",
 	// The read side's state: internal/projection's migrations create it
 	// (pipeline.Migrate applies them with its own) and its SQL uses it.
 	"kumiko_projections":            "internal/projection",
