@@ -235,8 +235,8 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.started {
+		e.mu.Unlock()
 		return errors.New("event dispatcher: already started")
 	}
 	e.started = true
@@ -246,6 +246,7 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	passCtx, cancelPasses := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel, e.cancelPasses = cancel, cancelPasses
+	e.mu.Unlock()
 	local, unsubscribe := e.store.Subscribe()
 	e.wg.Add(1)
 	go func() {
@@ -265,19 +266,17 @@ func (e *Dispatcher) Start(ctx context.Context) error {
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.heartbeat(runCtx, started) }()
 	for _, c := range e.consumers {
-		if c.Delivery != feature.PerInstance {
-			continue // started by rebalance, below
+		if c.Delivery == feature.PerInstance {
+			e.startLoop(runCtx, passCtx, c, e.cfg.InstanceID)
 		}
-		w := &waker{ch: make(chan struct{}, 1)}
-		e.wakers = append(e.wakers, w)
-		e.wg.Add(1)
-		go func() { defer e.wg.Done(); e.loop(runCtx, passCtx, c, e.cfg.InstanceID, w) }()
 	}
-	e.mu.Unlock()
-	defer e.mu.Lock()
 	// The shared consumers' shards this process is assigned, then a look at
-	// the assignment every PollInterval.
+	// the assignment every PollInterval. A start that cannot read them
+	// ends what it started.
 	if err := e.rebalance(ctx, runCtx, passCtx); err != nil {
+		cancel()
+		cancelPasses()
+		e.wg.Wait()
 		return fmt.Errorf("event dispatcher: %w", err)
 	}
 	if len(e.sharedNames()) > 0 {

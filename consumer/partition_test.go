@@ -370,7 +370,15 @@ func TestResetAndRepartitionWhileRunning(t *testing.T) {
 	require.Len(t, res.Shards, partitionCount)
 	after := db.Count(t, `SELECT count(*) FROM kumiko_events WHERE id > $1`, to)
 	require.Eventually(t, caughtUp(total+after), 30*time.Second, 20*time.Millisecond)
-	time.Sleep(200 * time.Millisecond) // nothing more comes
+	head := int64(db.Count(t, `SELECT max(id) FROM kumiko_events`))
+	require.Eventually(t, func() bool { // every partition past the head: nothing more comes
+		for _, s := range shardsOf(t, ops, "parts") {
+			if s.Cursor < head {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, total+after, db.Count(t, `SELECT count(*) FROM part_log`))
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM (SELECT event_id FROM part_log GROUP BY event_id
 		HAVING count(*) <> CASE WHEN event_id > $1 THEN 2 ELSE 1 END) x`, to), "after the id twice, before it once")

@@ -106,6 +106,25 @@ func (b *bench) drainRows(ctx context.Context) ([]row, error) {
 	return []row{{name: name, unit: "events/s", fw: total[0].rate(), raw: total[1].rate(), goal: atLeastOfRaw(0.60)}}, nil
 }
 
+// writerStore is a store on schema with a pool of its own (4
+// connections), for a writer whose appends must not reach a consumer of
+// b's store in this process; closeWriter closes the store, then its pool.
+func (b *bench) writerStore(ctx context.Context, schema string) (_ *eventstore.Store, closeWriter func(), _ error) {
+	wcfg := b.pool.Config().Copy()
+	wcfg.MaxConns, wcfg.MinConns = 4, 2
+	wpool, err := pgxpool.NewWithConfig(ctx, wcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	wstore, err := eventstore.New(wpool, eventstore.Config{Schema: schema})
+	if err != nil {
+		wpool.Close()
+		return nil, nil, err
+	}
+	// The store first: its last notification may be on the way.
+	return wstore, func() { wstore.Close(); wpool.Close() }, nil
+}
+
 // latencyRows measures commit-to-handler latency at paceRate appends/s of one
 // event each: first with the consumer in a second process (this binary
 // started again with -consume, see consumeMain), woken only by LISTEN/NOTIFY
@@ -129,18 +148,11 @@ func (b *bench) latencyRows(ctx context.Context) ([]row, error) {
 	defer dropSchemas(b.pool, store, schema)
 	// The writer of the LISTEN/NOTIFY rows: nothing it appends reaches the
 	// consumer's store in this process.
-	wcfg := b.pool.Config().Copy()
-	wcfg.MaxConns, wcfg.MinConns = 4, 2
-	wpool, err := pgxpool.NewWithConfig(ctx, wcfg)
+	wstore, closeWriter, err := b.writerStore(ctx, schema)
 	if err != nil {
 		return nil, err
 	}
-	defer wpool.Close()
-	wstore, err := eventstore.New(wpool, eventstore.Config{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
-	defer wstore.Close() // before wpool closes: its last notification may be on the way
+	defer closeWriter()
 
 	raw := newRawPasser(b.pool, schema)
 	channel := store.NotifyChannel()

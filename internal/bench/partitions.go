@@ -422,18 +422,11 @@ func (b *bench) partLatencyRows(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	defer dropSchemas(b.pool, store, schema)
-	wcfg := b.pool.Config().Copy()
-	wcfg.MaxConns, wcfg.MinConns = 4, 2
-	wpool, err := pgxpool.NewWithConfig(ctx, wcfg)
+	wstore, closeWriter, err := b.writerStore(ctx, schema)
 	if err != nil {
 		return nil, err
 	}
-	defer wpool.Close()
-	wstore, err := eventstore.New(wpool, eventstore.Config{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
-	defer wstore.Close()
+	defer closeWriter()
 
 	pool := strconv.Itoa(partPool)
 	sides := [2]latencySide{
