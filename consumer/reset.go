@@ -163,6 +163,7 @@ type RepartitionOptions struct {
 
 // RepartitionResult is what Ops.Repartition did.
 type RepartitionResult struct {
+	// Name is the consumer.
 	Name string `json:"name"`
 	// From and To are the partition counts before and after (1: one shared
 	// shard).
