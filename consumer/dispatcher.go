@@ -91,6 +91,9 @@ type Dispatcher struct {
 	// reads shares what one pass of a consumer read with its other
 	// partitions' passes in this process (see window.go), by consumer.
 	reads map[string]*reads
+	// routers wakes the partition loops of a consumer in this process
+	// (see router.go), by consumer.
+	routers map[string]*router
 }
 
 // New returns a dispatcher for consumers on store.
@@ -127,7 +130,7 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 		cfg.TracerProvider = noop.NewTracerProvider()
 	}
 	e := &Dispatcher{store: store, pool: store.Pool(), cfg: cfg, metrics: m, tracer: cfg.TracerProvider.Tracer(TracerName),
-		sql: newQueries(store.Schema()), running: map[string]*runningCall{}, reads: map[string]*reads{},
+		sql: newQueries(store.Schema()), running: map[string]*runningCall{}, reads: map[string]*reads{}, routers: map[string]*router{},
 		bal: balancer{loops: map[string]map[string]*shardLoop{}, warn: map[string]bool{}, stored: map[string]int{}}}
 	seen := map[string]bool{}
 	for _, c := range consumers {
@@ -145,6 +148,7 @@ func New(store *eventstore.Store, cfg Config, consumers ...Consumer) (*Dispatche
 		e.consumers = append(e.consumers, c)
 		e.running[c.Name] = &runningCall{}
 		e.reads[c.Name] = &reads{}
+		e.routers[c.Name] = &router{w: &waker{ch: make(chan struct{}, 1)}, parts: map[int]*partLoop{}}
 	}
 	return e, nil
 }
@@ -367,13 +371,19 @@ func (e *Dispatcher) wakeAll() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, w := range e.wakers {
-		if w.at.IsZero() {
-			w.at = now
-		}
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
+		w.ring(now)
+	}
+}
+
+// ring wakes w as woken at at, unless it was woken before and has not
+// looked since; the caller holds Dispatcher.mu.
+func (w *waker) ring(at time.Time) {
+	if w.at.IsZero() {
+		w.at = at
+	}
+	select {
+	case w.ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -387,7 +397,9 @@ func (e *Dispatcher) woken(w *waker) time.Time {
 	return at
 }
 
-// loop runs passes of one consumer, each on passCtx, until ctx ends.
+// loop runs passes of one consumer's shard instance, each on passCtx,
+// until ctx ends. part is the loop's place in its router when the shard is
+// a partition (nil otherwise): each pass tells it where the cursor is.
 //
 // Each pass is given the time its events were first known to be committed,
 // for the delivery metric: the first wake-up since the previous pass began
@@ -395,12 +407,10 @@ func (e *Dispatcher) woken(w *waker) time.Time {
 // start (a poll, or the next batch of a backlog). While events stay
 // undelivered — a full batch, a gap, a failure — the next pass keeps the
 // earlier time.
-func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance string, w *waker) {
+func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance string, w *waker, part *partLoop) {
 	var (
 		ceiling time.Duration // of the backoff; 0 while passes succeed
 		pending time.Time     // when events still undelivered were first known; zero: none
-		known   int64         // the cursor the last pass left (0: unknown)
-		last    time.Time     // when that pass looked at the shard
 	)
 	for ctx.Err() == nil {
 		since := time.Now()
@@ -417,17 +427,16 @@ func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance str
 		if ctx.Err() != nil {
 			return // a stop began while this loop waited or backed off
 		}
-		if ceiling == 0 && e.idlePartition(passCtx, c, instance, known, last, since) {
-			pending = time.Time{}
-			await(ctx, c, w.ch, e.cfg.PollInterval, started)
-			continue
-		}
 		end := e.passes.Begin(c.Name)
 		res, err := e.pass(passCtx, c, instance, since)
 		end()
 		pending = time.Time{}
-		if known = 0; err == nil && res.Locked && !res.More {
-			known, last = res.Cursor, time.Now()
+		if part != nil {
+			var known int64 // the router judges from it (0: unknown)
+			if err == nil && res.Locked && !res.More {
+				known = res.Cursor
+			}
+			part.passed(known)
 		}
 		if err != nil || res.More || res.waiting || res.Failed != nil || !res.Locked {
 			// Still undelivered as far as this process knows — also when

@@ -111,6 +111,7 @@ type rowsQuerier interface {
 type shardLoop struct {
 	cancel context.CancelFunc
 	w      *waker
+	part   *partLoop // its place in the router, for a partition
 }
 
 // balancer keeps, for the shared consumers of a dispatcher, one pass loop
@@ -171,7 +172,7 @@ func (e *Dispatcher) rebalance(ctx, runCtx, passCtx context.Context) error {
 		for shard, l := range have {
 			if !slices.Contains(want, shard) {
 				l.cancel()
-				e.dropWaker(l.w)
+				e.dropLoop(c, l)
 				e.metrics.forget(c.Name, shard)
 				delete(have, shard)
 			}
@@ -186,23 +187,33 @@ func (e *Dispatcher) rebalance(ctx, runCtx, passCtx context.Context) error {
 }
 
 // startLoop starts a pass loop of c's shard instance until runCtx ends or
-// the loop is cancelled.
+// the loop is cancelled. A partition's loop is woken by its consumer's
+// router, any other by every commit.
 func (e *Dispatcher) startLoop(runCtx, passCtx context.Context, c Consumer, instance string) *shardLoop {
 	ctx, cancel := context.WithCancel(runCtx)
-	w := &waker{ch: make(chan struct{}, 1)}
-	e.mu.Lock()
-	e.wakers = append(e.wakers, w)
-	e.mu.Unlock()
-	w.ch <- struct{}{} // a new loop looks at once
+	l := &shardLoop{cancel: cancel, w: &waker{ch: make(chan struct{}, 1)}}
+	if k, ok := partitionIndex(instance); ok {
+		l.part = e.join(runCtx, passCtx, c, k, l.w)
+	} else {
+		e.mu.Lock()
+		e.wakers = append(e.wakers, l.w)
+		e.mu.Unlock()
+	}
+	l.w.ch <- struct{}{} // a new loop looks at once
 	e.wg.Add(1)
-	go func() { defer e.wg.Done(); e.loop(ctx, passCtx, c, instance, w) }()
-	return &shardLoop{cancel: cancel, w: w}
+	go func() { defer e.wg.Done(); e.loop(ctx, passCtx, c, instance, l.w, l.part) }()
+	return l
 }
 
-func (e *Dispatcher) dropWaker(w *waker) {
+// dropLoop takes the cancelled loop l of c out of what commits wake.
+func (e *Dispatcher) dropLoop(c Consumer, l *shardLoop) {
+	if l.part != nil {
+		e.part(c, l.part)
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.wakers = slices.DeleteFunc(e.wakers, func(x *waker) bool { return x == w })
+	e.wakers = slices.DeleteFunc(e.wakers, func(x *waker) bool { return x == l.w })
 }
 
 // balanceLoop rebalances every PollInterval until ctx ends.
@@ -242,57 +253,47 @@ func partitionIndex(instance string) (int, bool) {
 	return k, err == nil
 }
 
-// idlePartition reports whether the partition shard instance of c may
-// leave this wake-up without a pass: the log after known — its cursor as
-// its last pass left it, less than a PollInterval ago (last) — holds none
-// of its events, as far as this process has read (prefetch). Only the
-// partitions with events of their own then run a transaction per commit;
-// the others move their cursors once per PollInterval (a reset, a
-// repartition's fence or a parked stream's retry waits at most that long).
-func (e *Dispatcher) idlePartition(ctx context.Context, c Consumer, instance string, known int64, last, since time.Time) bool {
-	k, ok := partitionIndex(instance)
-	if !ok || known == 0 || time.Since(last) >= e.cfg.PollInterval {
-		return false
-	}
-	n, err := e.storedPartitions(ctx, c.Name)
-	if err != nil || n == 0 {
-		return false
-	}
-	w, ok := e.prefetch(ctx, c, known, n, since)
-	return ok && w.head && !w.holds(c, known, k, n)
-}
-
-// prefetch answers the window after cursor that the partitions of c (of n)
-// share in this process: one kept, one read in flight, or one it reads now
-// in a short transaction of its own, by the rules of a pass's read (with no
-// gap recorded: a gap ends the window). Only a read begun since since —
-// the commits this wake-up announced are in it — counts. ok is false when
-// nothing after cursor is known complete.
-func (e *Dispatcher) prefetch(ctx context.Context, c Consumer, cursor int64, n int, since time.Time) (window, bool) {
+// prefetch hands found the window after cursor that the partitions of c
+// (of n) share in this process: one kept, one read in flight, or one it
+// reads now in a short transaction of its own, by the rules of a pass's
+// read (with no gap recorded: a gap ends the window) — before that
+// transaction's COMMIT, which changes nothing read. Only a read begun since
+// since — the commits this wake-up announced are in it — counts. ok is
+// false when nothing after cursor is known complete.
+func (e *Dispatcher) prefetch(ctx context.Context, c Consumer, cursor int64, n int, since time.Time, found func(w window, ok bool)) {
 	r := e.reads[c.Name]
 	if w, ok := r.peek(cursor, since); ok {
-		return w, true
+		found(w, true)
+		return
 	}
 	// The connection first: passes that wait for this read hold theirs.
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
-		return window{}, false
+		found(window{}, false)
+		return
 	}
 	defer conn.Release()
 	w, ok, publish := r.get(cursor, since)
-	if ok {
-		return w, true
+	if ok || publish == nil {
+		found(w, ok)
+		return
 	}
-	sh := &shard{cursor: cursor, partitions: n}
-	limit := sh.limit(c)
-	err = eventstore.RunTxOn(ctx, conn.Conn(), func(tx *eventstore.Tx) error {
+	done := false
+	_ = eventstore.RunTxOn(ctx, conn.Conn(), func(tx *eventstore.Tx) error {
+		sh := &shard{cursor: cursor, partitions: n}
+		limit := sh.limit(c)
 		h, settled, evs, err := e.read(ctx, tx, sh, limit)
-		if err == nil {
-			w = completeWindow(sh, evs, h, settled, limit).partitioned(c, n)
+		if err != nil {
+			return err
 		}
-		return err
+		w := completeWindow(sh, evs, h, settled, limit).partitioned(c, n)
+		publish(w, w.to > w.from)
+		done = true
+		found(w, w.to > w.from)
+		return nil
 	})
-	found := err == nil && w.to > w.from
-	publish(w, found)
-	return w, found
+	if !done {
+		publish(window{}, false)
+		found(window{}, false)
+	}
 }

@@ -431,3 +431,68 @@ func TestPartitionSettingsAreChecked(t *testing.T) {
 	}
 	require.Len(t, spread, 8)
 }
+
+// A commit wakes only the partitions that have events in it: the others
+// are passed over until their next poll (here a minute away), so their
+// cursors stay where they were while the event's own partition delivers
+// it — and every partition delivers what is its own.
+func TestCommitWakesOnlyItsPartitions(t *testing.T) {
+	db := kumikotest.NewDB(t)
+	handled := make(chan eventstore.Event, 16)
+	c := consumer.Consumer{Name: "routed", Partitions: 4, Handle: func(_ context.Context, _ pgx.Tx, ev eventstore.Event) error {
+		handled <- ev
+		return nil
+	}}
+	e, err := consumer.New(db.Store, consumer.Config{InstanceID: "p", PollInterval: time.Minute}, c)
+	require.NoError(t, err)
+	require.NoError(t, e.Register(ctx))
+	appendTo := func(partition int) eventstore.Event {
+		t.Helper()
+		id := uuid.New()
+		for consumer.PartitionOf(id.String(), 4) != partition {
+			id = uuid.New()
+		}
+		res, err := db.Store.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "thing", AggregateID: id}, 0,
+			eventstore.NewEvent{Type: "thing.made", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		return res.Events[0]
+	}
+	seed := appendTo(1)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	require.Equal(t, seed.ID, (<-handled).ID)
+	ops := consumer.NewOps(db.Store)
+	cursors := func() map[int]int64 {
+		out := map[int]int64{}
+		for _, s := range shardsOf(t, ops, "routed") {
+			out[s.Partition] = s.Cursor
+		}
+		return out
+	}
+	atSeed := map[int]int64{0: seed.ID, 1: seed.ID, 2: seed.ID, 3: seed.ID}
+	require.Eventually(t, func() bool { return fmt.Sprint(cursors()) == fmt.Sprint(atSeed) }, 5*time.Second, 10*time.Millisecond)
+
+	ev := appendTo(0)
+	select {
+	case got := <-handled:
+		require.Equal(t, ev.ID, got.ID)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the event's partition did not deliver it")
+	}
+	time.Sleep(300 * time.Millisecond) // what a wrongly woken partition needs to move
+	require.Equal(t, map[int]int64{0: ev.ID, 1: seed.ID, 2: seed.ID, 3: seed.ID}, cursors())
+
+	want := map[int64]bool{}
+	for k := 1; k < 4; k++ {
+		want[appendTo(k).ID] = true
+	}
+	for range 3 {
+		select {
+		case got := <-handled:
+			require.True(t, want[got.ID], "event %d", got.ID)
+			delete(want, got.ID)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events %v not delivered", want)
+		}
+	}
+}

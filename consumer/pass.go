@@ -94,6 +94,19 @@ func (sh shard) unchanged(before shard, waiting, newGap bool) bool {
 		sh.expiredUpTo == before.expiredUpTo && !newGap && waiting == (before.gapWait != nil)
 }
 
+// onlyMoved reports whether a pass that began at before applied nothing
+// and changed nothing but where the shard stands in the log: it moved its
+// cursor over events that are not its own (another partition's, a parked
+// stream's, types it does not take) or recorded a gap. Losing such a
+// commit in a crash loses no effect — the events are passed over again —
+// so it need not wait for the disk (a partition that others' events move
+// along would otherwise flush once per poll). A later synchronous commit
+// flushes it with its own.
+func (sh shard) onlyMoved(before shard, res PassResult) bool {
+	return len(res.applied) == 0 && res.failures == 0 && res.Failed == nil && !before.actions &&
+		sh.status == before.status && sh.attempts == before.attempts && len(sh.parked) == len(before.parked)
+}
+
 // PassResult says what one pass did.
 type PassResult struct {
 	// Locked is false when another process held the shard: nothing was
@@ -213,7 +226,7 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 		if sh.unchanged(before, waiting, newGap) {
 			return nil // an idle pass writes nothing
 		}
-		if c.AsyncCommit {
+		if c.AsyncCommit || sh.onlyMoved(before, res) {
 			tx.Enqueue(nil, `SET LOCAL synchronous_commit TO OFF`)
 		}
 		tx.Enqueue(func(err error) error {

@@ -441,6 +441,10 @@ type seeFunc func(id int64, at time.Time)
 // event records ev as seen now.
 func (see seeFunc) event(ev eventstore.Event) { see(ev.ID, time.Now()) }
 
+// phaseSettle is how long a paced phase lets its consumer settle after
+// the start before it appends: longer than the default PollInterval.
+const phaseSettle = time.Second
+
 // pacedPhase starts side as consumer, appends one event per append through w
 // at paceRate for d, waits until the consumer saw every event, stops it and
 // adds the commit-to-handler latencies to into (nil: discard them).
@@ -459,6 +463,9 @@ func (b *bench) pacedPhase(ctx context.Context, w *eventstore.Store, side latenc
 			return errors.Join(err, stop())
 		}
 	}
+	// The steady state is measured, not the start: the consumer's first
+	// passes and its first polls are over by then.
+	time.Sleep(phaseSettle)
 	err = b.paceAppends(ctx, w, d, dl)
 	if err == nil {
 		err = dl.waitSeen(ctx, 5*time.Second)
