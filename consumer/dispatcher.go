@@ -445,6 +445,12 @@ func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance str
 			pending = since
 		}
 		wait := e.cfg.PollInterval
+		if part != nil {
+			// Partitions started together would poll together: a burst
+			// of passes that delays a commit's own partition. Each polls
+			// at a random point of the second half of the interval.
+			wait = wait/2 + rand.N(wait/2+1)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			ceiling, wait = backoff(ceiling)

@@ -251,7 +251,7 @@ func (e *Dispatcher) passOnce(ctx context.Context, c Consumer, instance string, 
 // timedOut is the call that timed out in the run before (see apply).
 func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer, instance string, sh *shard, careful bool, timedOut *timeoutError, res *PassResult) (waiting, newGap bool, err error) {
 	limit := sh.limit(c)
-	h, settled, evs, shared, err := e.readShared(ctx, tx, c, sh, limit)
+	h, settled, evs, cut, err := e.readShared(ctx, tx, c, sh, limit)
 	if err != nil {
 		return false, false, err
 	}
@@ -288,9 +288,9 @@ func (e *Dispatcher) deliver(ctx context.Context, tx *eventstore.Tx, c Consumer,
 		next = max(next, min(settled, h.LastID))
 	}
 	res.More = res.More || len(evs) == limit && (failed == nil || c.SkipApplyErrors)
-	if shared && failed == nil && next < sh.head {
-		// The window was read before the newest commit the lock saw: look
-		// again rather than wait for a wake-up this pass used up.
+	if cut && failed == nil && next < sh.head {
+		// The window ended short of what had committed when it was read
+		// (a backlog): go on rather than wait for a wake-up.
 		res.More = true
 	}
 	waiting = len(deliver) < len(evs) && (failed == nil || c.SkipApplyErrors)
@@ -352,11 +352,17 @@ func (e *Dispatcher) read(ctx context.Context, tx pgx.Tx, sh *shard, limit int) 
 
 // readShared is read for a partition of a partitioned consumer through its
 // reads (see window.go): it takes what another pass of the consumer in this
-// process found complete, or reads and shares what it finds complete.
+// process found complete — only the shard's own partition's events, see
+// window.take — or reads and shares what it finds complete.
 //
-// shared reports that the events came from a window (only the shard's own
-// partition's, see window.take).
-func (e *Dispatcher) readShared(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard, limit int) (h eventstore.Horizon, settled int64, evs []eventstore.Event, shared bool, err error) {
+// cut reports that the events came from a window that ends short of what
+// had committed when it was read (the read's limit, a gap, a fence). A
+// window that reached the head may still have been read before the newest
+// commit the pass's lock saw; the pass ends with it all the same: that
+// commit's notification wakes the consumer's router, whose read begins
+// after it and which wakes the partition again if the commit holds events
+// of its own (see router.go).
+func (e *Dispatcher) readShared(ctx context.Context, tx pgx.Tx, c Consumer, sh *shard, limit int) (h eventstore.Horizon, settled int64, evs []eventstore.Event, cut bool, err error) {
 	if sh.partitions == 0 {
 		h, settled, evs, err = e.read(ctx, tx, sh, limit)
 		return h, settled, evs, false, err
@@ -364,7 +370,7 @@ func (e *Dispatcher) readShared(ctx context.Context, tx pgx.Tx, c Consumer, sh *
 	w, ok, publish := e.reads[c.Name].get(sh.cursor, time.Time{})
 	if ok {
 		evs, to := w.take(sh.cursor, sh.fence, limit, sh.partition, sh.partitions)
-		return eventstore.Horizon{LastID: to}, to, evs, true, nil
+		return eventstore.Horizon{LastID: to}, to, evs, !w.head, nil
 	}
 	h, settled, evs, err = e.read(ctx, tx, sh, limit)
 	if err != nil {
