@@ -82,6 +82,9 @@ func (s *Store) appendBatch(ctx context.Context, q querier, tx pgx.Tx, batch []S
 	if err != nil {
 		return nil, err
 	}
+	if err := s.sealBatch(ctx, q, batch, a); err != nil {
+		return nil, err
+	}
 	var ws []written
 	if len(a.versions) == 1 {
 		// One event: the common case, without arrays, scanning one row.
@@ -93,10 +96,10 @@ func (s *Store) appendBatch(ctx context.Context, q querier, tx pgx.Tx, batch []S
 		var row pgx.Row
 		if w.version == 1 {
 			row = q.QueryRow(ctx, appendNew, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0],
-				a.types[0], a.eventVersions[0], a.payloads[0], a.metas[0], a.users[0])
+				a.types[0], a.eventVersions[0], a.stored[0], a.metas[0], a.users[0], a.personal[0])
 		} else {
 			row = q.QueryRow(ctx, appendNext, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
-				a.types[0], a.eventVersions[0], a.payloads[0], a.metas[0], a.users[0])
+				a.types[0], a.eventVersions[0], a.stored[0], a.metas[0], a.users[0], a.personal[0])
 		}
 		switch err := row.Scan(&w.id, &w.createdAt); {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -197,7 +200,7 @@ func (s *Store) appendMany(ctx context.Context, q querier, tx pgx.Tx, a *batchAr
 		return ws, sp.Commit(ctx)
 	}
 	sql, args := s.sql.appendManyNew, []any{a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
-		a.types, a.eventVersions, a.payloads, a.metas, a.users}
+		a.types, a.eventVersions, a.stored, a.metas, a.users, a.personal}
 	if slices.ContainsFunc(a.expected, func(v int32) bool { return v > 0 }) {
 		sql, args = s.sql.appendMany, append(args, a.aggIDs, a.tenants, a.expected)
 	}
@@ -255,6 +258,10 @@ type batchArgs struct {
 	evAggTypes, types, metas, users []string
 	payloads                        [][]byte // shared with the appended events
 	versions, eventVersions         []int32
+	// stored are the payloads as written (personal fields sealed) and
+	// personal the sealed fields of each (see sealBatch).
+	stored   [][]byte
+	personal []*string
 }
 
 func encodeBatch(batch []StreamAppend) (*batchArgs, error) {

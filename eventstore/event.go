@@ -32,6 +32,14 @@ type NewEvent struct {
 	// used as is, anything else is marshalled with encoding/json.
 	Payload  any
 	Metadata Metadata
+	// Personal names the payload's personal fields (top-level JSON names)
+	// and the data subject each belongs to; "" is the stream's own
+	// aggregate id. The store seals them with the subject's data key
+	// (created in the same transaction when the subject has none yet); a
+	// field the payload lacks or holds null is left as it is. Reads open
+	// them while the subject's key exists and show null once it is
+	// forgotten (Store.ForgetSubjectTx). Needs Config.Keys.
+	Personal map[string]string
 }
 
 // Event is a stored event as read back: upcast to the current event version

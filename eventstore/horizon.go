@@ -91,7 +91,7 @@ func (s *Store) ReadRangeTx(ctx context.Context, tx pgx.Tx, after, upTo int64, l
 	if err != nil {
 		return nil, TranslateError(fmt.Errorf("read events %d..%d: %w", after, upTo, err))
 	}
-	evs, err := s.scanEvents(rows)
+	evs, err := s.scanEvents(ctx, rows)
 	if err != nil {
 		return nil, TranslateError(fmt.Errorf("read events %d..%d: %w", after, upTo, err))
 	}

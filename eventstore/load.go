@@ -56,7 +56,7 @@ func (s *Store) load(ctx context.Context, q querier, tenant, id uuid.UUID, opts 
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", id, err)
 	}
-	evs, err := s.scanEvents(rows)
+	evs, err := s.scanEvents(ctx, rows)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", id, err)
 	}
@@ -141,7 +141,7 @@ func (s *Store) ReadAll(ctx context.Context, after int64, f ReadFilter) iter.Seq
 				yield(Event{}, TranslateError(fmt.Errorf("read all after %d: %w", after, err)))
 				return
 			}
-			page, err := s.scanEvents(rows)
+			page, err := s.scanEvents(ctx, rows)
 			if err != nil {
 				yield(Event{}, TranslateError(fmt.Errorf("read all after %d: %w", after, err)))
 				return
@@ -166,11 +166,12 @@ func nilIfEmpty(s []string) []string {
 	return s
 }
 
-// scanEvents reads event rows and upcasts each.
-func (s *Store) scanEvents(rows pgx.Rows) ([]Event, error) {
+// scanEvents reads event rows (eventColumns), opens their sealed personal
+// fields and upcasts each.
+func (s *Store) scanEvents(ctx context.Context, rows pgx.Rows) ([]Event, error) {
 	defer rows.Close()
 	var evs []Event
-	var payload, meta []byte
+	var payload, meta, personal, keys []byte
 	for rows.Next() {
 		if len(evs) == cap(evs) {
 			evs = slices.Grow(evs, max(len(evs), 16)) // double: long streams copy less
@@ -180,11 +181,18 @@ func (s *Store) scanEvents(rows pgx.Rows) ([]Event, error) {
 		// The JSON columns scan as bytes: a json.RawMessage destination would
 		// have pgx validate each payload with encoding/json.
 		if err := rows.Scan(&e.ID, (*[16]byte)(&e.AggregateID), &e.AggregateType, (*[16]byte)(&e.TenantID), &e.Version, &e.Type,
-			&e.StoredEventVersion, &payload, &meta, &e.CreatedAt, &e.CreatedBy); err != nil {
+			&e.StoredEventVersion, &payload, &meta, &e.CreatedAt, &e.CreatedBy, &personal, &keys); err != nil {
 			return nil, err
 		}
 		e.StoredPayload = json.RawMessage(payload)
 		payload = nil
+		if personal != nil {
+			opened, err := s.openSealed(ctx, e.StoredPayload, personal, keys, eventPlace(e.TenantID, e.AggregateID, e.Version, e.Type))
+			if err != nil {
+				return nil, fmt.Errorf("event %d personal fields: %w", e.ID, err)
+			}
+			e.StoredPayload = opened
+		}
 		if err := decodeMetadata(meta, &e.Metadata); err != nil {
 			return nil, fmt.Errorf("event %d metadata: %w", e.ID, err)
 		}

@@ -8,33 +8,35 @@ import (
 
 // queries holds every SQL statement of the store, qualified with its schema.
 type queries struct {
-	appendNew, appendNext, appendMany, appendManyNew string
-	appendNewAlone, appendNextAlone                  string
-	streamHead                                       string
-	load, readAll                                    string
-	loadSnapshot, loadAfterSnapshot, saveSnap        string
-	archive, restore, isArchived                     string
-	notify, listen                                   string
-	lastID, writers, readRange                       string
-	head, tailStart                                  string
-	filteredHead, filteredCount                      string
-	filteredOldest                                   string
-	pruneNewest, pruneCount, pruneDelete             string
-	refuseUnknownVersions                            string
+	appendNew, appendNext, appendMany, appendManyNew   string
+	appendNewAlone, appendNextAlone                    string
+	streamHead                                         string
+	load, readAll                                      string
+	loadSnapshot, loadAfterSnapshot, saveSnap          string
+	archive, restore, isArchived                       string
+	notify, listen                                     string
+	lastID, writers, readRange                         string
+	head, tailStart                                    string
+	filteredHead, filteredCount                        string
+	filteredOldest                                     string
+	pruneNewest, pruneCount, pruneDelete               string
+	refuseUnknownVersions                              string
+	subjectKeys, forgetSubject, keyChecks, addKeyCheck string
 }
 
-const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by`
+const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by, ` +
+	`personal, CASE WHEN personal IS NOT NULL THEN {keysOf}(tenant_id, personal) END`
 
 // The single-event appends (see queries.appendNew), in parts: the insert,
 // the conflict clause that keeps a caller's transaction usable after a lost
 // race, and what the append returns.
 const (
 	appendNew = `
-INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
-VALUES ($1, $2, $3, 1, $4, $5, $6::jsonb, $7::jsonb, $8)`
+INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by, personal)
+VALUES ($1, $2, $3, 1, $4, $5, $6::jsonb, $7::jsonb, $8, $9::jsonb)`
 	appendNext = `
-INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
-SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9
+INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by, personal)
+SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10::jsonb
 WHERE EXISTS (SELECT 1 FROM {events} e WHERE e.aggregate_id = $1 AND e.version = $4 - 1 AND e.tenant_id = $3)
 	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1)`
 	onConflict = `
@@ -45,20 +47,24 @@ RETURNING id, created_at`
 
 func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
+	cols := strings.ReplaceAll(eventColumns, "{keysOf}", s+".kumiko_subject_keys_of")
 	r := strings.NewReplacer(
+		"{keys}", s+".kumiko_subject_keys",
+		"{keyChecks}", s+".kumiko_key_checks",
+		"{keysOf}", s+".kumiko_subject_keys_of",
 		"{events}", s+".kumiko_events",
 		"{snapshots}", s+".kumiko_snapshots",
 		"{archived}", s+".kumiko_archived_streams",
 		"{pruned}", s+".kumiko_pruned_types",
-		"{cols}", eventColumns,
+		"{cols}", cols,
 	)
 	// Many events of one or many streams, all or none: the rows, then the
 	// order they are inserted (and numbered) in.
 	const manyRows = `
-INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by)
-SELECT v.aggregate_id, v.aggregate_type, v.tenant_id, v.version, v.type, v.event_version, v.payload::jsonb, v.metadata::jsonb, v.created_by
-FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[])
-	WITH ORDINALITY AS v(aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by, ord)
+INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by, personal)
+SELECT v.aggregate_id, v.aggregate_type, v.tenant_id, v.version, v.type, v.event_version, v.payload::jsonb, v.metadata::jsonb, v.created_by, v.personal::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[])
+	WITH ORDINALITY AS v(aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by, personal, ord)
 `
 	const manyEnd = `ORDER BY v.ord
 RETURNING id, aggregate_id, version, created_at`
@@ -84,7 +90,7 @@ RETURNING id, aggregate_id, version, created_at`
 
 		// Many events of one or many streams, all or none.
 		appendMany: r.Replace(manyRows + `WHERE NOT EXISTS (
-	SELECT 1 FROM unnest($10::uuid[], $11::uuid[], $12::int[]) AS s(aggregate_id, tenant_id, expected)
+	SELECT 1 FROM unnest($11::uuid[], $12::uuid[], $13::int[]) AS s(aggregate_id, tenant_id, expected)
 	WHERE s.expected > 0 AND (
 		NOT EXISTS (SELECT 1 FROM {events} e
 			WHERE e.aggregate_id = s.aggregate_id AND e.version = s.expected AND e.tenant_id = s.tenant_id)
@@ -97,6 +103,24 @@ RETURNING id, aggregate_id, version, created_at`
 		appendManyNew: r.Replace(manyRows + manyEnd),
 
 		refuseUnknownVersions: `SELECT ` + s + `.kumiko_refuse_unknown_versions($1, $2, $3, $4)`,
+
+		// The data keys of subjects $2 of tenant $1: each one stored, or
+		// else the one offered in $3 (wrapped by KEK $4), inserted. A
+		// subject whose key a concurrent transaction inserts after this
+		// statement's snapshot is missing from the answer: ask again.
+		subjectKeys: r.Replace(`
+WITH offered AS (SELECT * FROM unnest($2::text[], $3::bytea[]) AS o(subject, wrapped)),
+ins AS (
+	INSERT INTO {keys} (tenant_id, subject, kek_id, wrapped)
+	SELECT $1, o.subject, $4, o.wrapped FROM offered o WHERE o.wrapped IS NOT NULL
+	ON CONFLICT (tenant_id, subject) DO NOTHING
+	RETURNING subject, kek_id, wrapped)
+SELECT subject, kek_id, wrapped FROM ins
+UNION ALL
+SELECT k.subject, k.kek_id, k.wrapped FROM {keys} k JOIN offered o USING (subject) WHERE k.tenant_id = $1`),
+		forgetSubject: r.Replace(`DELETE FROM {keys} WHERE tenant_id = $1 AND subject = $2`),
+		keyChecks:     r.Replace(`SELECT kek_id, wrapped FROM {keyChecks} ORDER BY kek_id`),
+		addKeyCheck:   r.Replace(`INSERT INTO {keyChecks} (kek_id, wrapped) VALUES ($1, $2) ON CONFLICT (kek_id) DO NOTHING`),
 
 		streamHead: r.Replace(`
 SELECT h.tenant_id, h.aggregate_type, h.version,
@@ -120,7 +144,9 @@ WHERE id > $1
 ORDER BY id LIMIT $5`),
 
 		loadSnapshot: r.Replace(`
-SELECT aggregate_type, version, state, snapshot_version, created_at FROM {snapshots}
+SELECT aggregate_type, version, state, snapshot_version, created_at,
+	personal, CASE WHEN personal IS NOT NULL THEN {keysOf}(tenant_id, personal) END
+FROM {snapshots}
 WHERE aggregate_id = $1 AND tenant_id = $2 AND snapshot_version = $3 AND version <= $4
 	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1)
 ORDER BY version DESC LIMIT 1`),
@@ -137,11 +163,11 @@ ORDER BY version`),
 
 		// A snapshot is only stored for an event that exists in the tenant's stream.
 		saveSnap: r.Replace(`
-INSERT INTO {snapshots} (aggregate_id, tenant_id, aggregate_type, version, state, snapshot_version)
-SELECT $1, $2, e.aggregate_type, $3, $4, $5 FROM {events} e
+INSERT INTO {snapshots} (aggregate_id, tenant_id, aggregate_type, version, state, snapshot_version, personal)
+SELECT $1, $2, e.aggregate_type, $3, $4, $5, $6::jsonb FROM {events} e
 WHERE e.aggregate_id = $1 AND e.tenant_id = $2 AND e.version = $3
 ON CONFLICT (aggregate_id, snapshot_version, version) DO UPDATE
-	SET state = EXCLUDED.state, created_at = now()
+	SET state = EXCLUDED.state, personal = EXCLUDED.personal, created_at = now()
 RETURNING aggregate_type`),
 
 		archive: r.Replace(`

@@ -24,6 +24,11 @@ type Snapshot struct {
 	State           json.RawMessage
 	SnapshotVersion int
 	CreatedAt       time.Time
+	// Personal names the state's personal fields (top-level JSON names)
+	// and their subjects, as NewEvent.Personal does for a payload: they are
+	// stored sealed and read back open while the subject's key exists,
+	// null once it is forgotten. Loads leave it nil.
+	Personal map[string]string
 }
 
 // SaveSnapshot stores a snapshot of the tenant's stream at snap.Version (an
@@ -42,9 +47,13 @@ func (s *Store) saveSnapshot(ctx context.Context, q querier, snap Snapshot) erro
 	if !json.Valid(snap.State) {
 		return invalidf("snapshot of %s: state is not JSON", snap.AggregateID)
 	}
+	state, personal, err := s.sealSnapshot(ctx, q, snap)
+	if err != nil {
+		return err
+	}
 	var aggType string
-	err := q.QueryRow(ctx, s.sql.saveSnap, snap.AggregateID, snap.TenantID, snap.Version,
-		[]byte(snap.State), max(snap.SnapshotVersion, 1)).Scan(&aggType)
+	err = q.QueryRow(ctx, s.sql.saveSnap, snap.AggregateID, snap.TenantID, snap.Version,
+		state, max(snap.SnapshotVersion, 1), personal).Scan(&aggType)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %s has no version %d", ErrAggregateNotFound, snap.AggregateID, snap.Version)
 	}
@@ -88,8 +97,8 @@ func (s *Store) loadWithSnapshot(ctx context.Context, q querier, tenant, id uuid
 	defer br.Close()
 
 	snap := &Snapshot{TenantID: tenant, AggregateID: id}
-	var state []byte
-	err := br.QueryRow().Scan(&snap.AggregateType, &snap.Version, &state, &snap.SnapshotVersion, &snap.CreatedAt)
+	var state, personal, keys []byte
+	err := br.QueryRow().Scan(&snap.AggregateType, &snap.Version, &state, &snap.SnapshotVersion, &snap.CreatedAt, &personal, &keys)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		snap = nil
@@ -97,12 +106,17 @@ func (s *Store) loadWithSnapshot(ctx context.Context, q querier, tenant, id uuid
 		return nil, nil, fmt.Errorf("load snapshot %s: %w", id, err)
 	default:
 		snap.State = state
+		if personal != nil {
+			if snap.State, err = s.openSealed(ctx, state, personal, keys, snapshotPlace(tenant, id, snap.Version)); err != nil {
+				return nil, nil, fmt.Errorf("load snapshot %s: personal fields: %w", id, err)
+			}
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
 		return nil, nil, fmt.Errorf("load %s after snapshot: %w", id, err)
 	}
-	evs, err := s.scanEvents(rows)
+	evs, err := s.scanEvents(ctx, rows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("load %s after snapshot: %w", id, err)
 	}

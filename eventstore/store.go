@@ -22,6 +22,10 @@ type Config struct {
 	// Logger receives the few things the store cannot return as an error
 	// (a failed wake-up notification). Default slog.Default().
 	Logger *slog.Logger
+	// Keys wraps the data subjects' data keys (see NewEvent.Personal and
+	// docs/personal-data.md). Nil: the store refuses personal fields, and
+	// reads show stored personal values as null.
+	Keys KeyProvider
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -64,6 +68,7 @@ type Store struct {
 	cfg      Config
 	sql      queries
 	notifier *notifier
+	keys     dataKeys
 }
 
 // New returns a store on pool. It does not touch the database; call Migrate

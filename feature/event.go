@@ -3,6 +3,7 @@ package feature
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/kumiko-go/kumiko/internal/spec"
 	"github.com/kumiko-go/kumiko/kumikotype"
@@ -29,17 +30,20 @@ func Decode[T any](e Event) (T, error) {
 	return v, nil
 }
 
-// EventOption configures an event definition; see [EventVersion] and
-// [MessageKey].
+// EventOption configures an event definition; see [EventVersion],
+// [MessageKey], [Personal] and [SubjectField].
 type EventOption struct {
 	apply func(*spec.Event)
+	// problem is a misuse found when the option was built; it fails the
+	// boot of the event the option is given to.
+	problem string
 }
 
 // EventVersion sets the event's current payload version (default 1). New
 // events are stored with it; older stored payloads are upcast through the
 // event's migrations, one per version step.
 func EventVersion(n int) EventOption {
-	return EventOption{func(d *spec.Event) { d.Version = n }}
+	return EventOption{apply: func(d *spec.Event) { d.Version = n }}
 }
 
 // MessageKey names the payload field (its JSON name, at the top level)
@@ -50,5 +54,36 @@ func EventVersion(n int) EventOption {
 // projection reacts to. It is an option of [Registrar.IntegrationEvent]
 // only.
 func MessageKey(field string) EventOption {
-	return EventOption{func(d *spec.Event) { d.Key = field }}
+	return EventOption{apply: func(d *spec.Event) { d.Key = field }}
+}
+
+// Personal names payload fields (their JSON names, at the top level) that
+// hold personal data. The framework encrypts their values in stored events
+// with the data key of the event's data subject (see [SubjectField]), so
+// forgetting the subject makes them unreadable. Personal may be given more
+// than once; the names add up. The registry refuses an empty name, a name
+// listed twice and a name that is not a top-level field of the payload. It
+// is an option of [Registrar.DefineEvent] and [Registrar.IntegrationEvent].
+func Personal(fields ...string) EventOption {
+	fields = slices.Clone(fields)
+	o := EventOption{apply: func(d *spec.Event) { d.Personal = append(d.Personal, fields...) }}
+	if len(fields) == 0 {
+		o.problem = "Personal needs at least one field name"
+	}
+	return o
+}
+
+// SubjectField names the payload field (its JSON name, at the top level)
+// holding the id of the data subject the event's [Personal] fields belong
+// to. Without it the subject is the event's stream: its aggregate id. The
+// registry refuses SubjectField without Personal, a name that is not a
+// top-level field of the payload and a name that is itself one of the
+// personal fields. It is an option of [Registrar.DefineEvent] and
+// [Registrar.IntegrationEvent].
+func SubjectField(field string) EventOption {
+	o := EventOption{apply: func(d *spec.Event) { d.Subject = field }}
+	if field == "" {
+		o.problem = "SubjectField needs a field name; without it the subject is the event's stream"
+	}
+	return o
 }

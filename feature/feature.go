@@ -90,7 +90,9 @@ func (f *Feature) Spec() spec.Definitions {
 		c.Access = c.Access.(Access).clone()
 		d.Cruds = append(d.Cruds, c)
 	}
-	d.Events = slices.Clone(f.defs.Events)
+	for _, e := range f.defs.Events {
+		d.Events = append(d.Events, e.Clone())
+	}
 	for _, m := range f.defs.Migrations {
 		m.Steps = slices.Clone(m.Steps)
 		d.Migrations = append(d.Migrations, m)
@@ -103,7 +105,9 @@ func (f *Feature) Spec() spec.Definitions {
 	for _, m := range f.defs.MSPs {
 		d.MSPs = append(d.MSPs, m.(MultiStreamProjection).clone())
 	}
-	d.Contracts = slices.Clone(f.defs.Contracts)
+	for _, c := range f.defs.Contracts {
+		d.Contracts = append(d.Contracts, c.Clone())
+	}
 	d.IntegrationHandlers = slices.Clone(f.defs.IntegrationHandlers)
 	for _, j := range f.defs.Jobs {
 		j.On = slices.Clone(j.On)
@@ -187,6 +191,9 @@ func (r *Registrar) DefineEvent(name string, payload any, opts ...EventOption) {
 		if o.apply == nil {
 			r.problem(item("event", name), "zero EventOption; use the feature option constructors")
 			continue
+		}
+		if o.problem != "" {
+			r.problem(item("event", name), "%s", o.problem)
 		}
 		o.apply(&def)
 	}

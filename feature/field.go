@@ -181,6 +181,30 @@ func (f *Field) MustExist() *Field {
 	return f
 }
 
+// Personal marks the field as personal data of the entity's own data
+// subject: the subject's id is the aggregate id of the row (and of its
+// stream). The framework encrypts the field's values in events and
+// snapshots with that subject's data key, so forgetting the subject makes
+// them unreadable. See [Field.PersonalOf] for data of another subject.
+func (f *Field) Personal() *Field {
+	f.spec.Personal, f.spec.Subject = true, ""
+	return f
+}
+
+// PersonalOf marks the field as personal data of the data subject whose id
+// is held by subjectField, another field of the same entity (by its JSON
+// name, e.g. "customerId"), as [Field.Personal] does for the entity's own
+// subject. The registry refuses a subjectField that is not a field of the
+// entity, is not a UUID, Reference or Text field, is personal itself, or is
+// the field itself.
+func (f *Field) PersonalOf(subjectField string) *Field {
+	f.spec.Personal, f.spec.Subject = true, subjectField
+	if subjectField == "" {
+		f.problem("PersonalOf needs a field name; use Personal for the entity's own subject")
+	}
+	return f
+}
+
 func (f *Field) checkRoles(method string, roles []string) {
 	if len(roles) == 0 {
 		f.problem(method + " needs at least one role")

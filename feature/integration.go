@@ -32,6 +32,9 @@ func (r *Registrar) IntegrationEvent(name string, payload any, opts ...EventOpti
 			r.problem(item("integration event", name), "zero EventOption; use the feature option constructors")
 			continue
 		}
+		if o.problem != "" {
+			r.problem(item("integration event", name), "%s", o.problem)
+		}
 		o.apply(&def)
 	}
 	r.record(item("integration event", name), func(d *spec.Definitions) { d.Contracts = append(d.Contracts, def) })

@@ -201,7 +201,7 @@ func (b *builder) entity(feat string, def spec.Entity) {
 	b.table(feat, item, def.Table, RuleEntity)
 	b.checkState(feat, item, def)
 
-	e := &Entity{name: def.Name, feature: feat, def: def, names: names}
+	e := &Entity{name: def.Name, feature: feat, def: def, names: names, personal: b.entityPersonal(feat, def, names)}
 	e.codec = &codec.Entity{Name: def.Name, Fields: def.Fields, Names: names, SoftDelete: def.SoftDelete}
 	e.table = entityTable(def, names)
 	b.reg.entities[def.Name] = e
@@ -274,7 +274,11 @@ func (b *builder) crudEvents(feat, item string, e *Entity) {
 			continue
 		}
 		b.eventOwner[name] = feat
-		b.reg.events[name] = &eventInfo{EventType: EventType{Name: name, Feature: feat, Version: 1, Entity: def.Name, Verb: v}}
+		et := EventType{Name: name, Feature: feat, Version: 1, Entity: def.Name, Verb: v}
+		if kind != codec.Empty { // deleted and restored carry no fields
+			et.Personal = maps.Clone(e.personal)
+		}
+		b.reg.events[name] = &eventInfo{EventType: et}
 		b.reg.emits[feat][name] = true
 		b.crudCodec(feat, item, name, e, kind)
 	}
@@ -374,10 +378,13 @@ func (b *builder) event(feat string, def spec.Event) {
 		b.fail(feat, item, RuleMigration, "EventVersion(%d) must be at least 1", def.Version)
 		def.Version = 1
 	}
-	b.reg.events[def.Name] = &eventInfo{EventType: EventType{Name: def.Name, Feature: feat, Version: def.Version, GoType: def.Payload}}
-	if p, ok := b.payload(feat, item, def.Payload, "payload"); ok {
+	ev := &eventInfo{EventType: EventType{Name: def.Name, Feature: feat, Version: def.Version, GoType: def.Payload}}
+	b.reg.events[def.Name] = ev
+	p, ok := b.payload(feat, item, def.Payload, "payload")
+	if ok {
 		b.reg.payloads[def.Name] = p
 	}
+	ev.Personal = b.eventPersonal(feat, item, RulePayload, def, p)
 }
 
 // migrations checks every event's and every contract's upcaster chain: for

@@ -49,7 +49,7 @@ func entityTable(def spec.Entity, names []string) feature.TableDef {
 	for _, name := range names {
 		fs := def.Fields[name]
 		col := spec.ColumnName(name)
-		t.Columns = append(t.Columns, feature.Column{Name: col, Type: fs.Type.ColumnType(), NotNull: fs.Required})
+		t.Columns = append(t.Columns, feature.Column{Name: col, Type: fs.Type.ColumnType(), NotNull: fs.Required && !fs.Personal})
 		if fs.Unique {
 			t.Indexes = append(t.Indexes, feature.Index{Columns: []string{"tenant_id", col}, Unique: true})
 		}

@@ -29,6 +29,17 @@ type Contract struct {
 	// Key is the JSON name of the payload field whose value orders the
 	// messages (feature.MessageKey); "" when none is named.
 	Key string
+	// Personal maps each personal payload field (top-level JSON name,
+	// feature.Personal) to the payload field holding its data subject's id
+	// (feature.SubjectField); "" means the aggregate id of the stream the
+	// message is published from. Nil when the contract carries no personal
+	// data.
+	Personal map[string]string
+}
+
+func (c Contract) clone() Contract {
+	c.Personal = maps.Clone(c.Personal)
+	return c
 }
 
 // IntegrationHandler is a compiled handler of an integration event.
@@ -68,14 +79,14 @@ func (c Contract) KeyOf(payload json.RawMessage) string {
 // Contract returns the integration event called name.
 func (r *Registry) Contract(name string) (Contract, bool) {
 	c, ok := r.contracts[name]
-	return c, ok
+	return c.clone(), ok
 }
 
 // Contracts lists the app's integration events, sorted by name.
 func (r *Registry) Contracts() []Contract {
 	out := make([]Contract, 0, len(r.contracts))
 	for _, k := range slices.Sorted(maps.Keys(r.contracts)) {
-		out = append(out, r.contracts[k])
+		out = append(out, r.contracts[k].clone())
 	}
 	return out
 }
@@ -100,9 +111,10 @@ func (b *builder) contract(feat string, def spec.Event) {
 	}
 	if c, dup := b.reg.contracts[def.Name]; dup {
 		// Features of one app may each declare a contract they share (from
-		// one contracts package): the same payload type and version.
-		if c.GoType != def.Payload || c.Version != def.Version || c.Key != def.Key {
-			b.fail(feat, item, RuleUnique, "integration event is declared by feature %q with another payload type, version or message key", c.Feature)
+		// one contracts package): the same payload type, version, message
+		// key and personal fields.
+		if c.GoType != def.Payload || c.Version != def.Version || c.Key != def.Key || !maps.Equal(c.Personal, personalOf(def)) {
+			b.fail(feat, item, RuleUnique, "integration event is declared by feature %q with another payload type, version or message key, or other personal fields", c.Feature)
 		}
 		return
 	}
@@ -111,6 +123,7 @@ func (b *builder) contract(feat string, def spec.Event) {
 		return
 	}
 	p, ok := b.payload(feat, item, def.Payload, "payload")
+	personal := b.eventPersonal(feat, item, RuleIntegration, def, p)
 	if !ok {
 		return
 	}
@@ -118,7 +131,7 @@ func (b *builder) contract(feat string, def spec.Event) {
 		b.fail(feat, item, RuleIntegration, "MessageKey(%q) names no top-level field of the payload (by its JSON name)", def.Key)
 		return
 	}
-	b.reg.contracts[def.Name] = Contract{Name: def.Name, Feature: feat, Version: def.Version, GoType: def.Payload, Key: def.Key}
+	b.reg.contracts[def.Name] = Contract{Name: def.Name, Feature: feat, Version: def.Version, GoType: def.Payload, Key: def.Key, Personal: personal}
 	b.reg.payloads[def.Name] = p
 }
 

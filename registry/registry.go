@@ -126,6 +126,21 @@ type EventType struct {
 	// Entity and Verb are set for CRUD events only.
 	Entity string
 	Verb   CrudVerb
+	// Personal maps each personal payload field (top-level JSON name) to
+	// the payload field holding its data subject's id; "" means the
+	// stream's own aggregate id. For an event declared with DefineEvent it
+	// comes from feature.Personal and feature.SubjectField; for the created
+	// and updated events of an entity it is the entity's personal fields
+	// (Entity.Personal), whose subject fields are entity fields: an updated
+	// payload holds only the fields it changes, so it may lack the subject
+	// field, whose value is then the one in the entity's state. Nil when
+	// the event carries no personal data.
+	Personal map[string]string
+}
+
+func (e EventType) clone() EventType {
+	e.Personal = maps.Clone(e.Personal)
+	return e
 }
 
 type eventInfo struct {
@@ -147,6 +162,8 @@ type Entity struct {
 	codec   *codec.Entity // shares def.Fields and names
 	table   feature.TableDef
 	verbs   []CrudVerb
+	// personal maps personal fields to their subject fields; nil = none.
+	personal map[string]string
 }
 
 // Name is the entity name, also the aggregate type of its streams.
@@ -191,6 +208,11 @@ func (e *Entity) SnapshotVersion() int { return e.def.SnapshotVersion }
 // soft delete, deleted_at; indexes for sortable and (per tenant) unique
 // fields.
 func (e *Entity) Table() feature.TableDef { return e.table.Clone() }
+
+// Personal maps each personal field of the entity (feature.Field.Personal,
+// PersonalOf) to the field holding its data subject's id; "" means the
+// entity's own aggregate id. Nil when the entity has no personal fields.
+func (e *Entity) Personal() map[string]string { return maps.Clone(e.personal) }
 
 // Verbs lists the CRUD verbs with a handler: none without Crud, and without
 // the verbs whose rule is Deny.
@@ -344,14 +366,14 @@ func (r *Registry) Event(name string) (EventType, bool) {
 	if !ok {
 		return EventType{}, false
 	}
-	return e.EventType, true
+	return e.clone(), true
 }
 
 // Events lists all event types, sorted by name.
 func (r *Registry) Events() []EventType {
 	out := make([]EventType, 0, len(r.events))
 	for _, k := range slices.Sorted(maps.Keys(r.events)) {
-		out = append(out, r.events[k].EventType)
+		out = append(out, r.events[k].clone())
 	}
 	return out
 }

@@ -22,6 +22,8 @@ var owners = map[string]string{
 	"kumiko_archived_streams":    "eventstore",
 	"kumiko_schema_migrations":   "eventstore",
 	"kumiko_pruned_types":        "eventstore",
+	"kumiko_subject_keys":        "eventstore",
+	"kumiko_key_checks":          "eventstore",
 	"kumiko_event_consumers":     "consumer",
 	"kumiko_consumer_migrations": "consumer",
 	"kumiko_instances":           "consumer",

@@ -94,6 +94,19 @@ type Event struct {
 	// Key is the payload field whose value orders an integration event's
 	// messages (feature.MessageKey); "" when none is named.
 	Key string
+	// Personal are the payload fields (top-level JSON names) that hold
+	// personal data (feature.Personal), in the order given.
+	Personal []string
+	// Subject is the payload field (top-level JSON name) holding the id of
+	// the data subject the Personal fields belong to
+	// (feature.SubjectField); "" = the event's stream, its aggregate id.
+	Subject string
+}
+
+// Clone returns a deep copy of e.
+func (e Event) Clone() Event {
+	e.Personal = slices.Clone(e.Personal)
+	return e
 }
 
 // Migration is an upcaster step declared with Registrar.EventMigration.
@@ -176,6 +189,13 @@ type Field struct {
 	// WrittenBy are the commands that write the field whatever their
 	// caller's WriteRoles.
 	WrittenBy []string
+	// Personal marks the field as personal data of a data subject
+	// (feature.Field.Personal, feature.Field.PersonalOf).
+	Personal bool
+	// Subject is the field of the same entity holding the id of the data
+	// subject a Personal field belongs to; "" = the entity's own aggregate
+	// id.
+	Subject string
 	// Problems are builder misuses (MaxLen on a bool, …); each fails the boot.
 	Problems []string
 }

@@ -1,0 +1,381 @@
+package eventstore
+
+import (
+	"context"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Personal data (docs/personal-data.md). A personal value is stored
+// encrypted with its data subject's data key, AES-256-GCM, authenticated
+// with where it is stored: the event's tenant, stream, version and type (a
+// snapshot's tenant, stream and version) and the field's name and subject.
+// A sealed value is a JSON string: sealedPrefix and the base64 of nonce and
+// sealed text. The row records which fields are sealed and whose they are
+// (the personal column: field → subject), and every read fetches the
+// subjects' wrapped keys in the same statement (kumiko_subject_keys_of):
+// once a subject's key row is deleted, no read can open its values, which
+// read as null.
+
+// sealedPrefix begins a sealed personal value.
+const sealedPrefix = "kumiko:pd1:"
+
+// ErrNoDataKey: an event or snapshot with personal fields was written to a
+// store without a KeyProvider.
+var ErrNoDataKey = errors.New("eventstore: personal fields need a data key: set Config.Keys (KUMIKO_DATA_KEY)")
+
+// wrappedKey is a subject's data key as stored.
+type wrappedKey struct {
+	kek     string
+	wrapped []byte
+}
+
+// sealedKeys decodes what kumiko_subject_keys_of answers: subject →
+// [kek id, base64 of the wrapped key].
+func sealedKeys(raw []byte) (map[string]wrappedKey, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	var m map[string][2]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	out := make(map[string]wrappedKey, len(m))
+	for subject, k := range m {
+		w, err := base64.StdEncoding.DecodeString(k[1])
+		if err != nil {
+			return nil, err
+		}
+		out[subject] = wrappedKey{kek: k[0], wrapped: w}
+	}
+	return out, nil
+}
+
+// aadOf is what a sealed value is authenticated with: where it is stored
+// (place: an event's or a snapshot's identity), its field and its subject.
+func aadOf(place, field, subject string) []byte {
+	return []byte(place + "|" + field + "|" + subject)
+}
+
+// eventPlace is an event's identity for aadOf.
+func eventPlace(tenant, stream uuid.UUID, version int, typ string) string {
+	return "event|" + tenant.String() + "|" + stream.String() + "|" + strconv.Itoa(version) + "|" + typ
+}
+
+// snapshotPlace is a snapshot's identity for aadOf.
+func snapshotPlace(tenant, stream uuid.UUID, version int) string {
+	return "snapshot|" + tenant.String() + "|" + stream.String() + "|" + strconv.Itoa(version)
+}
+
+// sealFields returns the JSON object payload with each field of personal
+// that it holds (and that is not null) sealed with its subject's cipher,
+// and the fields it sealed with their subjects (nil: none).
+func sealFields(payload []byte, personal map[string]string, ciphers map[string]cipher.AEAD, place string) ([]byte, map[string]string, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &obj); err != nil {
+		return nil, nil, fmt.Errorf("personal fields: the payload is not a JSON object: %w", err)
+	}
+	var sealed map[string]string
+	for field, subject := range personal {
+		v, ok := obj[field]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		aead := ciphers[subject]
+		if aead == nil {
+			return nil, nil, fmt.Errorf("personal field %s: no data key for subject %q", field, subject)
+		}
+		text, err := seal(aead, v, aadOf(place, field, subject))
+		if err != nil {
+			return nil, nil, err
+		}
+		obj[field], _ = json.Marshal(sealedPrefix + base64.RawStdEncoding.EncodeToString(text))
+		if sealed == nil {
+			sealed = map[string]string{}
+		}
+		sealed[field] = subject
+	}
+	if sealed == nil {
+		return payload, nil, nil
+	}
+	out, err := json.Marshal(obj)
+	return out, sealed, err
+}
+
+// openSealed is openFields for a row's personal and keys columns as read.
+func (s *Store) openSealed(ctx context.Context, payload json.RawMessage, personal, keys []byte, place string) (json.RawMessage, error) {
+	var fields map[string]string
+	if err := json.Unmarshal(personal, &fields); err != nil {
+		return nil, err
+	}
+	ks, err := sealedKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	return s.openFields(ctx, payload, fields, ks, place)
+}
+
+// openFields returns the stored JSON object payload with its sealed fields
+// (personal: field → subject) opened with the subjects' keys; a field whose
+// subject has no key (forgotten) or that does not open reads as null.
+func (s *Store) openFields(ctx context.Context, payload []byte, personal map[string]string, keys map[string]wrappedKey, place string) ([]byte, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &obj); err != nil {
+		return nil, err
+	}
+	for field, subject := range personal {
+		obj[field] = s.openValue(ctx, obj[field], keys, place, field, subject)
+	}
+	return json.Marshal(obj)
+}
+
+var jsonNull = json.RawMessage("null")
+
+// openValue opens one sealed value; null when it cannot.
+func (s *Store) openValue(ctx context.Context, v json.RawMessage, keys map[string]wrappedKey, place, field, subject string) json.RawMessage {
+	k, ok := keys[subject]
+	if !ok || s.cfg.Keys == nil {
+		return jsonNull
+	}
+	var str string
+	if json.Unmarshal(v, &str) != nil || !strings.HasPrefix(str, sealedPrefix) {
+		return jsonNull
+	}
+	text, err := base64.RawStdEncoding.DecodeString(str[len(sealedPrefix):])
+	if err != nil {
+		return jsonNull
+	}
+	aead, err := s.keys.aead(ctx, s.cfg.Keys, k.kek, k.wrapped)
+	if err != nil {
+		s.cfg.Logger.Error("eventstore: a subject's data key does not unwrap", "subject", subject, "kek", k.kek, "err", err)
+		return jsonNull
+	}
+	plain, err := open(aead, text, aadOf(place, field, subject))
+	if err != nil {
+		return jsonNull
+	}
+	return plain
+}
+
+// newDataKey returns a fresh data key wrapped by p.
+func newDataKey(ctx context.Context, p KeyProvider) ([]byte, error) {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return nil, err
+	}
+	return p.Wrap(ctx, k)
+}
+
+// sealBatch seals the personal fields of a's events (see NewEvent.Personal):
+// a.stored becomes what is written — a.payloads stay the plain payloads the
+// appended events carry — and a.personal the sealed fields of each event.
+func (s *Store) sealBatch(ctx context.Context, q querier, batch []StreamAppend, a *batchArgs) error {
+	a.stored, a.personal = a.payloads, make([]*string, len(a.payloads))
+	// The subjects of each tenant, and each event's fields by subject.
+	subjects := map[uuid.UUID][]string{}
+	fields := make([]map[string]string, len(a.payloads))
+	k := 0
+	for _, sa := range batch {
+		for _, ne := range sa.Events {
+			if len(ne.Personal) > 0 {
+				fields[k] = make(map[string]string, len(ne.Personal))
+				for field, subject := range ne.Personal {
+					if subject == "" {
+						subject = uuid.UUID(a.evAggIDs[k]).String()
+					}
+					fields[k][field] = subject
+					if t := sa.Stream.TenantID; !slices.Contains(subjects[t], subject) {
+						subjects[t] = append(subjects[t], subject)
+					}
+				}
+			}
+			k++
+		}
+	}
+	if len(subjects) == 0 {
+		return nil
+	}
+	if s.cfg.Keys == nil {
+		return ErrNoDataKey
+	}
+	ciphers := map[uuid.UUID]map[string]cipher.AEAD{}
+	for tenant, list := range subjects {
+		c, err := s.subjectCiphers(ctx, q, tenant, list)
+		if err != nil {
+			return err
+		}
+		ciphers[tenant] = c
+	}
+	a.stored = slices.Clone(a.payloads)
+	for k, f := range fields {
+		if f == nil {
+			continue
+		}
+		tenant, stream := uuid.UUID(a.evTenants[k]), uuid.UUID(a.evAggIDs[k])
+		stored, sealed, err := sealFields(a.payloads[k], f, ciphers[tenant], eventPlace(tenant, stream, int(a.versions[k]), a.types[k]))
+		if err != nil {
+			return fmt.Errorf("%w: event %s: %w", ErrInvalidEvent, a.types[k], err)
+		}
+		a.stored[k] = stored
+		if sealed != nil {
+			b, _ := json.Marshal(sealed)
+			str := string(b)
+			a.personal[k] = &str
+		}
+	}
+	return nil
+}
+
+// subjectCiphers returns the ciphers of the data keys of subjects of
+// tenant, creating the keys that do not exist yet (through q: in the
+// caller's transaction when there is one). A new key is offered only for
+// a subject this process has not seen with a key; one that turns out to
+// have none (forgotten since) gets one on the next attempt.
+func (s *Store) subjectCiphers(ctx context.Context, q querier, tenant uuid.UUID, subjects []string) (map[string]cipher.AEAD, error) {
+	out := make(map[string]cipher.AEAD, len(subjects))
+	offer := map[string]bool{}
+	for _, sub := range subjects {
+		offer[sub] = !s.keys.seen(tenant, sub)
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		var ask []string
+		var offered [][]byte
+		for _, sub := range subjects {
+			if out[sub] != nil {
+				continue
+			}
+			var w []byte
+			if offer[sub] {
+				var err error
+				if w, err = newDataKey(ctx, s.cfg.Keys); err != nil {
+					return nil, fmt.Errorf("%w: wrap a new data key: %w", ErrDataKey, err)
+				}
+			}
+			ask, offered = append(ask, sub), append(offered, w)
+		}
+		if len(ask) == 0 {
+			return out, nil
+		}
+		rows, err := q.Query(ctx, s.sql.subjectKeys, tenant, ask, offered, s.cfg.Keys.KeyID())
+		if err != nil {
+			return nil, fmt.Errorf("subject keys: %w", err)
+		}
+		var (
+			sub string
+			k   wrappedKey
+		)
+		_, err = pgx.ForEachRow(rows, []any{&sub, &k.kek, &k.wrapped}, func() error {
+			aead, err := s.keys.aead(ctx, s.cfg.Keys, k.kek, k.wrapped)
+			if err != nil {
+				return err
+			}
+			out[sub] = aead
+			s.keys.saw(tenant, sub)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("subject keys: %w", err)
+		}
+		for _, sub := range ask {
+			if out[sub] == nil {
+				offer[sub] = true // forgotten, or created concurrently: offer one
+			}
+		}
+	}
+	return nil, fmt.Errorf("subject keys: tenant %s: no key for some of %v after 3 attempts", tenant, subjects)
+}
+
+// sealSnapshot returns snap's state as stored, its personal fields sealed,
+// and the sealed fields (nil: none).
+func (s *Store) sealSnapshot(ctx context.Context, q querier, snap Snapshot) ([]byte, *string, error) {
+	if len(snap.Personal) == 0 {
+		return snap.State, nil, nil
+	}
+	if s.cfg.Keys == nil {
+		return nil, nil, ErrNoDataKey
+	}
+	fields := make(map[string]string, len(snap.Personal))
+	var subjects []string
+	for field, subject := range snap.Personal {
+		if subject == "" {
+			subject = snap.AggregateID.String()
+		}
+		fields[field] = subject
+		if !slices.Contains(subjects, subject) {
+			subjects = append(subjects, subject)
+		}
+	}
+	ciphers, err := s.subjectCiphers(ctx, q, snap.TenantID, subjects)
+	if err != nil {
+		return nil, nil, err
+	}
+	state, sealed, err := sealFields(snap.State, fields, ciphers, snapshotPlace(snap.TenantID, snap.AggregateID, snap.Version))
+	if err != nil || sealed == nil {
+		return state, nil, err
+	}
+	b, _ := json.Marshal(sealed)
+	str := string(b)
+	return state, &str, nil
+}
+
+// ForgetSubjectTx forgets subject of tenant in the caller's transaction:
+// it deletes the subject's data key, so that once tx commits no read opens
+// the subject's sealed values in events and snapshots — they read as null.
+// It reports whether the subject had a key; forgetting one without is not
+// an error.
+func (s *Store) ForgetSubjectTx(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) (bool, error) {
+	tag, err := tx.Exec(ctx, s.sql.forgetSubject, tenant, subject)
+	if err != nil {
+		return false, TranslateError(fmt.Errorf("forget subject: %w", err))
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// CheckKeys makes sure the configured key-encryption key opens what the
+// database holds: every KEK that wrapped a data key has a check row (a
+// data key it wrapped), and each must unwrap. It records the current KEK's
+// check when it has none. A store holding personal data without Keys, and
+// a KEK that does not match, are errors: the start fails rather than a
+// read showing null.
+func (s *Store) CheckKeys(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, s.sql.keyChecks)
+	if err != nil {
+		return TranslateError(fmt.Errorf("key checks: %w", err))
+	}
+	var (
+		kek     string
+		wrapped []byte
+		current bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&kek, &wrapped}, func() error {
+		if s.cfg.Keys == nil {
+			return fmt.Errorf("%w: the database holds personal data keys wrapped by %s, but no data key is configured (KUMIKO_DATA_KEY)", ErrDataKey, kek)
+		}
+		if _, err := s.cfg.Keys.Unwrap(ctx, kek, wrapped); err != nil {
+			return fmt.Errorf("%w: the configured data key does not open the keys wrapped by %s (a wrong KUMIKO_DATA_KEY, or a rotation's previous key missing): %w", ErrDataKey, kek, err)
+		}
+		current = current || kek == s.cfg.Keys.KeyID()
+		return nil
+	})
+	if err != nil || s.cfg.Keys == nil || current {
+		return TranslateError(err)
+	}
+	w, err := newDataKey(ctx, s.cfg.Keys)
+	if err != nil {
+		return fmt.Errorf("%w: wrap a check key: %w", ErrDataKey, err)
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.addKeyCheck, s.cfg.Keys.KeyID(), w); err != nil {
+		return TranslateError(fmt.Errorf("key checks: %w", err))
+	}
+	return nil
+}
