@@ -84,6 +84,13 @@ type CommandContext interface {
 
 	// Publish publishes an integration event; see [Registrar.IntegrationEvent].
 	Publish(event string, payload any) error
+	// ForgetSubject forgets the data subject subject of the request's
+	// tenant in the request transaction (docs/personal-data.md): its data
+	// key is deleted, so its personal values in events and snapshots read
+	// as null once the transaction commits, and the personal fields of
+	// entity rows that belong to it are set to null. Forgetting a subject
+	// without data, or twice, is not an error.
+	ForgetSubject(subject string) error
 	// Enqueue enqueues the job called job (declared with Registrar.Job) in
 	// the request transaction: it exists only if the write commits. It runs
 	// at runAt (zero: at once) as the caller, in the caller's tenant, with

@@ -111,6 +111,11 @@ func build(ctx context.Context, cfg Config, withHTTP bool, features []*feature.F
 	if err != nil {
 		return nil, err
 	}
+	if keys, _ := cfg.dataKeys(); keys == nil {
+		if what := personalDeclared(reg); what != "" {
+			return nil, fmt.Errorf("kumiko: %s declares personal fields, which are stored encrypted: set Config.DataKey (KUMIKO_DATA_KEY, base64 of 32 random bytes) or Config.DataKeys", what)
+		}
+	}
 	cfg = cfg.resolveInstanceID()
 	a := &App{withHTTP: withHTTP, conns: newConnTracker()}
 	a.parts.Config, a.parts.Registry = cfg, reg
@@ -327,7 +332,31 @@ func (a *App) migrate(ctx context.Context) error {
 	for _, m := range applied {
 		p.Config.Logger.Info("kumiko: migrated the "+m.Owner+" tables", "schema", p.Config.Schema, "applied", m.Versions)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return p.Store.CheckKeys(ctx)
+}
+
+// personalDeclared names an entity, event or integration event of reg
+// that declares personal fields ("" when none does).
+func personalDeclared(reg *registry.Registry) string {
+	for _, e := range reg.Entities() {
+		if len(e.Personal()) > 0 {
+			return "entity " + e.Name()
+		}
+	}
+	for _, et := range reg.Events() {
+		if len(et.Personal) > 0 {
+			return "event " + et.Name
+		}
+	}
+	for _, c := range reg.Contracts() {
+		if len(c.Personal) > 0 {
+			return "integration event " + c.Name
+		}
+	}
+	return ""
 }
 
 // Start connects, migrates, creates read tables, starts delivering events

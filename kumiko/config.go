@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kumiko-go/kumiko/consumer"
+	"github.com/kumiko-go/kumiko/eventstore"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/idempotency"
 )
@@ -77,6 +78,16 @@ type Config struct {
 	// answers. Default idempotency.DefaultRedisTimeout (1s); negative: only
 	// the client's own timeouts apply. Unused without RedisURL.
 	RedisTimeout time.Duration
+	// DataKey is the key-encryption key of personal data
+	// (docs/personal-data.md): base64 of 32 random bytes. After a
+	// rotation it lists the new key first and the previous ones after it,
+	// comma-separated, until `subject rotate-key` has re-wrapped every
+	// data key. Required when a feature declares personal fields, unless
+	// DataKeys is set; a wrong key fails the start.
+	DataKey string
+	// DataKeys wraps the data subjects' keys instead of DataKey: a key
+	// management service's eventstore.KeyProvider.
+	DataKeys eventstore.KeyProvider
 	// RabbitMQURL of the broker integration events travel through
 	// (amqp:// URL): the app publishes to the exchange kumiko.events and
 	// receives on a quorum queue called Name. Empty: they are delivered in
@@ -355,6 +366,9 @@ func (c Config) validate() error {
 	if c.InstanceID == SharedInstanceID {
 		errs = append(errs, fmt.Errorf("Config.InstanceID %q is reserved", SharedInstanceID))
 	}
+	if _, err := c.dataKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxConns < 2 {
 		errs = append(errs, errors.New("Config.MaxConns must be at least 2"))
 	}
@@ -408,6 +422,7 @@ func (c Config) FromEnv() Config {
 	set(&c.DatabaseURL, "DATABASE_URL")
 	set(&c.RedisURL, "REDIS_URL")
 	set(&c.RabbitMQURL, "RABBITMQ_URL")
+	set(&c.DataKey, "KUMIKO_DATA_KEY")
 	set(&c.JWTSecret, "KUMIKO_JWT_SECRET")
 	set(&c.JWTIssuer, "KUMIKO_JWT_ISSUER")
 	set(&c.JWTAudience, "KUMIKO_JWT_AUDIENCE")
@@ -454,4 +469,22 @@ func (c Config) FromEnv() Config {
 		c.JobTriggerPartitions = n
 	}
 	return c
+}
+
+// dataKeys is the KeyProvider of personal data: DataKeys, or DataKey's
+// local keys; nil when neither is set.
+func (c Config) dataKeys() (eventstore.KeyProvider, error) {
+	switch {
+	case c.DataKey != "" && c.DataKeys != nil:
+		return nil, errors.New("Config.DataKey and Config.DataKeys are both set; set one")
+	case c.DataKeys != nil:
+		return c.DataKeys, nil
+	case c.DataKey == "":
+		return nil, nil
+	}
+	k, err := eventstore.ParseLocalKeys(c.DataKey)
+	if err != nil {
+		return nil, fmt.Errorf("Config.DataKey (KUMIKO_DATA_KEY): %w", err)
+	}
+	return k, nil
 }

@@ -18,9 +18,10 @@ import (
 // validate checks the parts' own settings with these very configs.
 
 // storeConfig is the event store's config; wire adds the registry as
-// Upcaster.
+// Upcaster. validate has checked the data key.
 func (c Config) storeConfig() eventstore.Config {
-	return eventstore.Config{Schema: c.Schema, Logger: c.Logger}
+	keys, _ := c.dataKeys()
+	return eventstore.Config{Schema: c.Schema, Logger: c.Logger, Keys: keys}
 }
 
 // pipelineConfig is the executor's config; wire adds Metrics.

@@ -2,6 +2,7 @@ package kumikotest
 
 import (
 	"context"
+	"crypto/rand"
 	"testing"
 
 	"github.com/google/uuid"
@@ -27,14 +28,26 @@ type App struct {
 
 // NewApp builds features into a registry (failing the test on boot errors),
 // on a fresh database from NewDB, and creates their read tables. The jobs
-// runner (Executor.Jobs) is not started: start it to work jobs.
+// runner (Executor.Jobs) is not started: start it to work jobs. Personal
+// fields are sealed with a random key-encryption key of the test's own
+// unless StoreConfig sets Keys.
 func NewApp(t testing.TB, features []*feature.Feature, opts ...Option) *App {
 	t.Helper()
 	reg, err := registry.Build(features...)
 	if err != nil {
 		t.Fatalf("kumikotest: %v", err)
 	}
-	db := NewDB(t, append(opts, StoreConfig(eventstore.Config{Upcaster: reg}))...)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	sc := o.store
+	sc.Upcaster = reg
+	if sc.Keys == nil {
+		// Personal fields are sealed with a key of the test's own.
+		sc.Keys = randomDataKey(t)
+	}
+	db := NewDB(t, append(opts, StoreConfig(sc))...)
 	d, err := pipeline.New(reg, db.Store, pipeline.Config{})
 	if err != nil {
 		t.Fatalf("kumikotest: %v", err)
@@ -59,4 +72,17 @@ func User(tenant uuid.UUID, id string, roles ...string) pipeline.Caller {
 		RequestID:     "req-" + id,
 		CorrelationID: "corr-" + id,
 	}
+}
+
+// randomDataKey is a LocalKeys provider with a random key-encryption key.
+func randomDataKey(t testing.TB) eventstore.KeyProvider {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatalf("kumikotest: %v", err)
+	}
+	p, err := eventstore.NewLocalKeys(k)
+	if err != nil {
+		t.Fatalf("kumikotest: %v", err)
+	}
+	return p
 }

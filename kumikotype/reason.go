@@ -111,6 +111,17 @@ const (
 	ReasonRepartitionBlocked Reason = "repartition_blocked"
 )
 
+// Reasons of personal data (docs/personal-data.md).
+const (
+	// ReasonSubjectMissing: a write sets a personal field whose data
+	// subject field is empty, so the value could never be forgotten
+	// (validation_error; details.field names the subject field).
+	ReasonSubjectMissing Reason = "subject_missing"
+	// ReasonInvalidSubject: a subject id that is empty or too long
+	// (validation_error).
+	ReasonInvalidSubject Reason = "invalid_subject"
+)
+
 // Reasons of integration events.
 const (
 	// ReasonDeadMessageNotFound: no dead message of that id (not_found).

@@ -130,8 +130,8 @@ func (cc *commandContext) LoadAggregateWithSnapshot(id uuid.UUID, aggregateType 
 
 func (cc *commandContext) SnapshotAggregate(spec feature.SnapshotSpec) error {
 	tenant := cc.tenantFor(spec.AggregateType)
+	t := cc.d.proj.Entity(spec.AggregateType)
 	if spec.State == nil {
-		t := cc.d.proj.Entity(spec.AggregateType)
 		if t == nil {
 			return fmt.Errorf("snapshot %s: State is required for %s, which is not an entity", spec.AggregateID, spec.AggregateType)
 		}
@@ -147,9 +147,17 @@ func (cc *commandContext) SnapshotAggregate(spec feature.SnapshotSpec) error {
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", spec.AggregateID, err)
 	}
+	var personal map[string]string
+	if t != nil {
+		// An entity's state holds its personal fields: sealed as its
+		// events' are.
+		var state map[string]any
+		_ = json.Unmarshal(raw, &state)
+		personal = entityPersonal(t.Definition(), state)
+	}
 	return cc.d.saveSnapshot(cc.ctx, cc.tx, eventstore.Snapshot{
 		TenantID: tenant, AggregateID: spec.AggregateID, AggregateType: spec.AggregateType,
-		Version: spec.Version, State: raw, SnapshotVersion: spec.SnapshotVersion,
+		Version: spec.Version, State: raw, SnapshotVersion: spec.SnapshotVersion, Personal: personal,
 	})
 }
 

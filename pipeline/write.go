@@ -177,11 +177,15 @@ func (d *Executor) appendValid(ctx context.Context, tx pgx.Tx, c *Caller, stream
 		headers = c.Headers
 	}
 	headers = withTraceparent(ctx, headers)
+	personal, err := d.personalOf(ctx, tx, et, stream, payload, fields)
+	if err != nil {
+		return eventstore.Event{}, nil, err
+	}
 	actx, span := d.tracer.Start(ctx, "event.append", trace.WithAttributes(
 		attribute.String("kumiko.event_type", typ), attribute.String("kumiko.aggregate_type", stream.AggregateType)))
 	start := time.Now()
 	res, err := d.store.AppendTx(actx, tx, stream, expected, eventstore.NewEvent{
-		Type: typ, EventVersion: et.Version, Payload: payload,
+		Type: typ, EventVersion: et.Version, Payload: payload, Personal: personal,
 		Metadata: eventstore.Metadata{
 			UserID: c.User.ID, RequestID: c.RequestID, CorrelationID: c.CorrelationID,
 			CausationID: causation, IdempotencyKey: c.IdempotencyKey, Headers: headers,
@@ -270,6 +274,7 @@ func (d *Executor) snapshotEntity(ctx context.Context, tx pgx.Tx, t *projection.
 	return d.saveSnapshot(ctx, tx, eventstore.Snapshot{
 		TenantID: tenant, AggregateID: id, AggregateType: t.Definition().Name(),
 		Version: version, State: raw, SnapshotVersion: t.Definition().SnapshotVersion(),
+		Personal: entityPersonal(t.Definition(), state),
 	})
 }
 

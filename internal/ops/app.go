@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/internal/spec"
@@ -37,16 +38,19 @@ const (
 // resolved for one command: its flags, then the app's Config, then the
 // environment, then the defaults.
 type Settings struct {
-	Name            string // the app's name; the development database is named after it
-	DatabaseURL     string // empty: the local development server
-	Schema          string // the schema holding the kumiko tables
-	JWTSecret       string // empty: the development secret, unless KeySet
-	KeySet          bool   // tokens are verified with a JWKS URL or an OIDC issuer
-	JWTIssuer       string // iss claim of issued tokens, when set
-	JWTAudience     string // aud claim of issued tokens, when set
-	AdminRole       string // the tenant admin role
-	OperatorRole    string // the role that sees consumers, projections and metrics
-	RabbitMQURL     string // the integration events' broker; empty: in process
+	Name         string // the app's name; the development database is named after it
+	DatabaseURL  string // empty: the local development server
+	Schema       string // the schema holding the kumiko tables
+	JWTSecret    string // empty: the development secret, unless KeySet
+	KeySet       bool   // tokens are verified with a JWKS URL or an OIDC issuer
+	JWTIssuer    string // iss claim of issued tokens, when set
+	JWTAudience  string // aud claim of issued tokens, when set
+	AdminRole    string // the tenant admin role
+	OperatorRole string // the role that sees consumers, projections and metrics
+	RabbitMQURL  string // the integration events' broker; empty: in process
+	DataKey      string // KUMIKO_DATA_KEY: the key-encryption key(s) of personal data
+	// DataKeys wraps personal data keys instead of DataKey (a KMS).
+	DataKeys        eventstore.KeyProvider
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
 }
@@ -164,6 +168,7 @@ func (s Settings) fromEnv() Settings {
 	set(&s.Schema, "KUMIKO_SCHEMA", "public")
 	set(&s.JWTSecret, "KUMIKO_JWT_SECRET", "")
 	set(&s.RabbitMQURL, "RABBITMQ_URL", "")
+	set(&s.DataKey, "KUMIKO_DATA_KEY", "")
 	set(&s.JWTIssuer, "KUMIKO_JWT_ISSUER", "")
 	set(&s.JWTAudience, "KUMIKO_JWT_AUDIENCE", "")
 	set(&s.AdminRole, "KUMIKO_ADMIN_ROLE", khttp.DefaultAdminRole)

@@ -155,7 +155,13 @@ func (o *ops) open(ctx context.Context) (*conn, error) {
 		}
 		return nil, fmt.Errorf("database %s is unreachable: %w", redactURL(cfg.DatabaseURL), err)
 	}
-	sc := eventstore.Config{Schema: cfg.Schema, Logger: cfg.Logger}
+	sc := eventstore.Config{Schema: cfg.Schema, Logger: cfg.Logger, Keys: cfg.DataKeys}
+	if sc.Keys == nil && cfg.DataKey != "" {
+		if sc.Keys, err = eventstore.ParseLocalKeys(cfg.DataKey); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("KUMIKO_DATA_KEY: %w", err)
+		}
+	}
 	if reg != nil {
 		sc.Upcaster = reg
 	}

@@ -1,0 +1,131 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/kumikotype"
+	"github.com/kumiko-go/kumiko/registry"
+)
+
+// personalOf is the eventstore.NewEvent.Personal of an event of type et
+// appended to stream: each personal field the payload holds (not null),
+// with the id of its data subject — "" for the stream's own, else the value
+// of the subject field in the payload or, for an entity's update that does
+// not change it, in the entity's row. fields is payload decoded, or nil.
+// A personal value whose subject is empty is refused: it could not be
+// forgotten.
+func (d *Executor) personalOf(ctx context.Context, tx pgx.Tx, et registry.EventType, stream eventstore.Stream, payload json.RawMessage, fields map[string]any) (map[string]string, error) {
+	if len(et.Personal) == 0 {
+		return nil, nil
+	}
+	if fields == nil {
+		if err := json.Unmarshal(payload, &fields); err != nil {
+			return nil, fmt.Errorf("personal fields of %s: %w", et.Name, err)
+		}
+	}
+	out := map[string]string{}
+	for field, subjectField := range et.Personal {
+		if fields[field] == nil {
+			continue
+		}
+		if subjectField == "" {
+			out[field] = ""
+			continue
+		}
+		subject := subjectText(fields[subjectField])
+		if _, given := fields[subjectField]; !given && et.Entity != "" && stream.AggregateID != uuid.Nil {
+			var err error
+			if subject, err = d.proj.Entity(et.Entity).SubjectOf(ctx, tx, stream.AggregateID, stream.TenantID, subjectField); err != nil {
+				return nil, err
+			}
+		}
+		if subject == "" {
+			return nil, kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonSubjectMissing,
+				fmt.Sprintf("%s is personal data of the subject named by %s, which is empty", field, subjectField), nil).With("field", subjectField)
+		}
+		out[field] = subject
+	}
+	return out, nil
+}
+
+// subjectText is a subject field's value as a subject id ("" when none).
+func subjectText(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	default:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+}
+
+// entityPersonal is the eventstore.Snapshot.Personal of an entity's state:
+// its personal fields with their subjects as the state holds them; a field
+// whose subject the state lacks stays out (its value is null then too,
+// since its events were refused).
+func entityPersonal(e *registry.Entity, state map[string]any) map[string]string {
+	decl := e.Personal()
+	if len(decl) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(decl))
+	for field, subjectField := range decl {
+		if subjectField == "" {
+			out[field] = ""
+		} else if s := subjectText(state[subjectField]); s != "" {
+			out[field] = s
+		}
+	}
+	return out
+}
+
+// maxSubject is the longest subject id, in bytes.
+const maxSubject = 200
+
+// ForgetSubject forgets the data subject subject of tenant in one
+// transaction (see docs/personal-data.md): its data key is deleted, so its
+// sealed values in events and snapshots read as null from then on, and the
+// personal fields of entity rows that belong to it are set to null. It
+// answers the same whether or not the subject had data.
+func (d *Executor) ForgetSubject(ctx context.Context, tenant uuid.UUID, subject string) error {
+	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return d.forget(ctx, tx, tenant, subject)
+	})
+	if err != nil {
+		return AsError(err)
+	}
+	return nil
+}
+
+// forget is ForgetSubject in tx.
+func (d *Executor) forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) error {
+	if subject == "" || len(subject) > maxSubject {
+		return kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidSubject,
+			fmt.Sprintf("a subject id is 1 to %d bytes", maxSubject), nil)
+	}
+	if _, err := d.store.ForgetSubjectTx(ctx, tx, tenant, subject); err != nil {
+		return err
+	}
+	for _, e := range d.reg.Entities() {
+		// A system stream's keys are the system tenant's, not the caller's.
+		if len(e.Personal()) == 0 || e.SystemStream() {
+			continue
+		}
+		if _, err := d.proj.Entity(e.Name()).Forget(ctx, tx, tenant, subject); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (cc *commandContext) ForgetSubject(subject string) error {
+	return cc.d.forget(cc.ctx, cc.tx, cc.Tenant(), subject)
+}

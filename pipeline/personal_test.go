@@ -1,0 +1,131 @@
+package pipeline_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
+	"github.com/kumiko-go/kumiko/kumikotest"
+)
+
+// people declares personal data: a person's name is theirs, their email
+// their customer's; person.noted carries a note of the customer's.
+var people = feature.Define("people", func(r *feature.Registrar) {
+	r.Entity("person", feature.Fields{
+		"name":       feature.Text().Required().Personal(),
+		"email":      feature.Text().PersonalOf("customerId"),
+		"customerId": feature.UUID(),
+		"plan":       feature.Text(),
+	}, feature.SnapshotEvery(2))
+	r.Crud("person", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
+	type noted struct {
+		Customer string `json:"customer"`
+		Note     string `json:"note"`
+	}
+	r.DefineEvent("person.noted", noted{}, feature.Personal("note"), feature.SubjectField("customer"))
+	type note struct {
+		ID       uuid.UUID `json:"id"`
+		Customer string    `json:"customer"`
+		Note     string    `json:"note"`
+	}
+	feature.HandleCommand(r, "person.note", feature.AnyUser(), func(ctx feature.CommandContext, in note) (any, error) {
+		_, err := ctx.AppendEvent(feature.AppendSpec{AggregateID: in.ID, AggregateType: "person", ExpectedVersion: eventstore.AnyVersion,
+			Type: "person.noted", Payload: noted{Customer: in.Customer, Note: in.Note}})
+		return nil, err
+	})
+	type forget struct {
+		Subject string `json:"subject"`
+	}
+	feature.HandleCommand(r, "person.forget", feature.AnyUser(), func(ctx feature.CommandContext, in forget) (any, error) {
+		return nil, ctx.ForgetSubject(in.Subject)
+	})
+})
+
+func command(t *testing.T, app *kumikotest.App, typ, payload string) {
+	t.Helper()
+	_, err := app.Executor.Command(ctx, alice, req(typ, payload))
+	require.NoError(t, err)
+}
+
+// stored is every stored byte of events and snapshots, as text.
+func stored(t *testing.T, app *kumikotest.App) string {
+	t.Helper()
+	return queryString(t, app, `SELECT COALESCE((SELECT string_agg(payload::text, ' ') FROM kumiko_events), '') || ' ' ||
+		COALESCE((SELECT string_agg(state::text, ' ') FROM kumiko_snapshots), '')`)
+}
+
+// Personal fields of CRUD events, command events and snapshots are stored
+// sealed and read open; a subject forgotten in a command nulls its fields
+// in the read rows in the same transaction and in every fold, another
+// subject's stay; a personal value without a subject is refused.
+func TestPersonalDataThroughTheExecutor(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{people})
+	customer := uuid.NewString()
+	ada := write(t, app, alice, "person.create", fmt.Sprintf(`{"name":"Ada Lovelace","email":"ada@example.org","customerId":%q,"plan":"gold"}`, customer))
+	id := ada["id"].(string)
+	write(t, app, alice, "person.update", fmt.Sprintf(`{"id":%q,"version":1,"changes":{"email":"ada@lovelace.org"}}`, id))
+	write(t, app, alice, "person.update", fmt.Sprintf(`{"id":%q,"version":2,"changes":{"plan":"silver"}}`, id))
+	command(t, app, "person.note", fmt.Sprintf(`{"id":%q,"customer":%q,"note":"prefers mornings"}`, id, customer))
+	bob := write(t, app, alice, "person.create", `{"name":"Bob Byron","plan":"gold"}`)
+	require.Equal(t, 2, app.Count(t, "SELECT count(*) FROM kumiko_snapshots WHERE aggregate_id = $1", id), "snapshots at versions 2 and 4")
+
+	dump := stored(t, app)
+	for _, v := range []string{"Ada Lovelace", "ada@example.org", "ada@lovelace.org", "prefers mornings", "Bob Byron"} {
+		require.NotContains(t, dump, v)
+	}
+	detail := row(t, query(t, app, alice, "person.detail", fmt.Sprintf(`{"id":%q}`, id)))
+	require.Equal(t, "Ada Lovelace", detail["name"])
+	require.Equal(t, "ada@lovelace.org", detail["email"])
+	require.Equal(t, "silver", detail["plan"])
+	evs, err := app.Store.Load(ctx, tenantA, uuid.MustParse(id), eventstore.LoadOptions{})
+	require.NoError(t, err)
+	require.Contains(t, string(evs[3].Payload), "prefers mornings")
+
+	// No subject, no personal value: nothing is written.
+	_, err = app.Executor.Write(ctx, alice, req("person.update", fmt.Sprintf(`{"id":%q,"version":4,"changes":{"customerId":null,"email":"x@example.org"}}`, id)))
+	c, perr := code(t, err)
+	require.Equal(t, "validation_error", c)
+	require.Equal(t, "subject_missing", perr.Reason())
+	require.Equal(t, 4, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE aggregate_id = $1", id))
+
+	// Forget Ada herself, in a command: her name goes, her customer's email stays.
+	command(t, app, "person.forget", fmt.Sprintf(`{"subject":%q}`, id))
+	detail = row(t, query(t, app, alice, "person.detail", fmt.Sprintf(`{"id":%q}`, id)))
+	require.Nil(t, detail["name"])
+	require.Equal(t, "ada@lovelace.org", detail["email"])
+	command(t, app, "person.forget", fmt.Sprintf(`{"subject":%q}`, id)) // again: no error
+	command(t, app, "person.forget", `{"subject":"nobody"}`)            // unknown: no error
+	_, err = app.Executor.Command(ctx, alice, req("person.forget", `{"subject":""}`))
+	c, perr = code(t, err)
+	require.Equal(t, "validation_error", c)
+	require.Equal(t, "invalid_subject", perr.Reason())
+
+	// Forget the customer: the email and the note go; Bob is untouched.
+	require.NoError(t, app.Executor.ForgetSubject(ctx, tenantA, customer))
+	detail = row(t, query(t, app, alice, "person.detail", fmt.Sprintf(`{"id":%q}`, id)))
+	require.Nil(t, detail["email"])
+	require.Equal(t, "silver", detail["plan"])
+	evs, err = app.Store.Load(ctx, tenantA, uuid.MustParse(id), eventstore.LoadOptions{})
+	require.NoError(t, err)
+	require.Len(t, evs, 4)
+	var n map[string]any
+	require.NoError(t, json.Unmarshal(evs[3].Payload, &n))
+	require.Equal(t, map[string]any{"customer": customer, "note": nil}, n)
+	require.Equal(t, "Bob Byron", row(t, query(t, app, alice, "person.detail", fmt.Sprintf(`{"id":%q}`, bob["id"])))["name"])
+
+	// The fold (from the snapshot and without it) equals the forgotten row.
+	snap, after, err := app.Store.LoadWithSnapshot(ctx, tenantA, uuid.MustParse(id), 1, eventstore.LoadOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, snap)
+	require.Empty(t, after)
+	var state map[string]any
+	require.NoError(t, json.Unmarshal(snap.State, &state))
+	require.Nil(t, state["name"])
+	require.Nil(t, state["email"])
+}
