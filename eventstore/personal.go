@@ -379,3 +379,82 @@ func (s *Store) CheckKeys(ctx context.Context) error {
 	}
 	return nil
 }
+
+// rotatePage is how many data keys RotateKeys re-wraps per transaction.
+const rotatePage = 500
+
+// RotateKeys re-wraps every data key that another key-encryption key than
+// Config.Keys' current one wrapped (Keys must still unwrap it: configure
+// the previous KEK after the new one), a page per transaction, and then
+// drops the start checks of KEKs that wrap nothing any more — after which
+// the previous KEK can be removed from the configuration. It returns how
+// many keys it re-wrapped. Safe to run while the app runs and to run again.
+func (s *Store) RotateKeys(ctx context.Context) (int, error) {
+	if s.cfg.Keys == nil {
+		return 0, ErrNoDataKey
+	}
+	current := s.cfg.Keys.KeyID()
+	total := 0
+	for {
+		n, err := s.rotatePage(ctx, current)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < rotatePage {
+			break
+		}
+	}
+	if err := s.CheckKeys(ctx); err != nil { // records the current KEK's check
+		return total, err
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.dropKeyChecks, current); err != nil {
+		return total, TranslateError(fmt.Errorf("key checks: %w", err))
+	}
+	return total, nil
+}
+
+// rotatePage re-wraps one page of keys with the KEK current.
+func (s *Store) rotatePage(ctx context.Context, current string) (int, error) {
+	n := 0
+	err := s.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.sql.staleKeys, current, rotatePage)
+		if err != nil {
+			return err
+		}
+		type stale struct {
+			tenant  [16]byte
+			subject string
+			key     wrappedKey
+		}
+		var page []stale
+		var st stale
+		if _, err := pgx.ForEachRow(rows, []any{&st.tenant, &st.subject, &st.key.kek, &st.key.wrapped}, func() error {
+			page = append(page, st)
+			return nil
+		}); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		for _, k := range page {
+			plain, err := s.cfg.Keys.Unwrap(ctx, k.key.kek, k.key.wrapped)
+			if err != nil {
+				return fmt.Errorf("subject %s: %w", k.subject, err)
+			}
+			w, err := s.cfg.Keys.Wrap(ctx, plain)
+			if err != nil {
+				return fmt.Errorf("%w: wrap: %w", ErrDataKey, err)
+			}
+			b.Queue(s.sql.rewrapKey, k.tenant, k.subject, current, w)
+		}
+		n = len(page)
+		if n == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return 0, TranslateError(fmt.Errorf("rotate data keys: %w", err))
+	}
+	return n, nil
+}

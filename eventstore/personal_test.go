@@ -149,7 +149,7 @@ func TestDataKeyChecks(t *testing.T) {
 	kek := newKEK(t)
 	db := kumikotest.NewDB(t, kumikotest.StoreConfig(eventstore.Config{Keys: localKeys(t, kek)}))
 	require.NoError(t, db.Store.CheckKeys(ctx))
-	_, err := db.Store.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "person"}, 0,
+	res, err := db.Store.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "person"}, 0,
 		eventstore.NewEvent{Type: "person.registered", Payload: map[string]any{"name": "Ada"}, Personal: map[string]string{"name": ""}})
 	require.NoError(t, err)
 
@@ -165,11 +165,22 @@ func TestDataKeyChecks(t *testing.T) {
 	err = storeWith(localKeys(t, newKEK(t))).CheckKeys(ctx)
 	require.ErrorIs(t, err, eventstore.ErrDataKey)
 	require.ErrorContains(t, err, "does not open")
-	rotated := storeWith(localKeys(t, newKEK(t), kek))
+	next := newKEK(t)
+	rotated := storeWith(localKeys(t, next, kek))
 	require.NoError(t, rotated.CheckKeys(ctx))
-	evs, err := rotated.Load(ctx, tenantA, uuid.Nil, eventstore.LoadOptions{})
+	n, err := rotated.RotateKeys(ctx)
 	require.NoError(t, err)
-	require.Empty(t, evs)
+	require.Equal(t, 1, n)
+	n, err = rotated.RotateKeys(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing left to re-wrap")
+	// The previous KEK can go now.
+	after := storeWith(localKeys(t, next))
+	require.NoError(t, after.CheckKeys(ctx))
+	evs, err := after.Load(ctx, tenantA, res.AggregateID, eventstore.LoadOptions{})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"name":"Ada"}`, string(evs[0].Payload))
+	require.ErrorIs(t, storeWith(localKeys(t, kek)).CheckKeys(ctx), eventstore.ErrDataKey, "the old KEK alone opens nothing any more")
 
 	_, err = storeWith(nil).Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "person"}, 0,
 		eventstore.NewEvent{Type: "person.registered", Payload: map[string]any{"name": "Ada"}, Personal: map[string]string{"name": ""}})

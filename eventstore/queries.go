@@ -22,6 +22,7 @@ type queries struct {
 	pruneNewest, pruneCount, pruneDelete               string
 	refuseUnknownVersions                              string
 	subjectKeys, forgetSubject, keyChecks, addKeyCheck string
+	staleKeys, rewrapKey, dropKeyChecks                string
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by, ` +
@@ -120,7 +121,16 @@ UNION ALL
 SELECT k.subject, k.kek_id, k.wrapped FROM {keys} k JOIN offered o USING (subject) WHERE k.tenant_id = $1`),
 		forgetSubject: r.Replace(`DELETE FROM {keys} WHERE tenant_id = $1 AND subject = $2`),
 		keyChecks:     r.Replace(`SELECT kek_id, wrapped FROM {keyChecks} ORDER BY kek_id`),
-		addKeyCheck:   r.Replace(`INSERT INTO {keyChecks} (kek_id, wrapped) VALUES ($1, $2) ON CONFLICT (kek_id) DO NOTHING`),
+		// A page of data keys wrapped by another KEK than $1, locked so
+		// that a concurrent rotation skips them; the re-wrap of one only if
+		// it is still what was read (a forget in between deletes it).
+		staleKeys: r.Replace(`SELECT tenant_id, subject, kek_id, wrapped FROM {keys} WHERE kek_id <> $1
+ORDER BY tenant_id, subject LIMIT $2 FOR UPDATE SKIP LOCKED`),
+		rewrapKey: r.Replace(`UPDATE {keys} SET kek_id = $3, wrapped = $4 WHERE tenant_id = $1 AND subject = $2`),
+		// The checks of KEKs no data key is wrapped by any more.
+		dropKeyChecks: r.Replace(`DELETE FROM {keyChecks} c WHERE c.kek_id <> $1
+	AND NOT EXISTS (SELECT 1 FROM {keys} k WHERE k.kek_id = c.kek_id)`),
+		addKeyCheck: r.Replace(`INSERT INTO {keyChecks} (kek_id, wrapped) VALUES ($1, $2) ON CONFLICT (kek_id) DO NOTHING`),
 
 		streamHead: r.Replace(`
 SELECT h.tenant_id, h.aggregate_type, h.version,
