@@ -213,11 +213,14 @@ func replay(c echo.Context, resp *idempotency.Response) error {
 			"this request was already applied; its response was too large to keep for replay")
 	}
 	ct, status := resp.ContentType, resp.Status
-	if ct == "" {
-		ct = contentTypeJSON
-	}
 	if status == 0 {
 		status = http.StatusOK
+	}
+	if ct == "" && len(resp.Body) == 0 {
+		return c.NoContent(status) // a 204: no body, so no type either
+	}
+	if ct == "" {
+		ct = contentTypeJSON
 	}
 	return c.Blob(status, ct, resp.Body)
 }

@@ -241,6 +241,18 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 		responses["202"] = jsonOK("the parked stream with the action asked for", dataOf(anyObject))
 		return map[string]any{"parameters": []any{pathParameter("name", nil), pathParameter("stream", nil)}, "post": op}
 	}
+	// forget forgets a data subject of the caller's tenant: 204, whatever
+	// the subject had; a token is always needed.
+	forget := operation("Forget a data subject of the caller's tenant: its personal values read as null from now on. "+
+		"204 whether or not it had data. For the admin role of the tenant; Idempotency-Key as for writes.", nil, nil,
+		http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict,
+		http.StatusUnprocessableEntity, http.StatusInternalServerError, http.StatusServiceUnavailable)
+	forgetResponses := forget["responses"].(map[string]any)
+	delete(forgetResponses, "200")
+	forgetResponses["204"] = map[string]any{"description": "forgotten (or nothing to forget)"}
+	forget["security"] = []any{map[string]any{"bearer": []any{}}}
+	subject := pathParameter("subject", map[string]any{"minLength": 1})
+	subject["description"] = "the subject id, 1 to 200 bytes (percent-encoded in the path)"
 	return map[string]any{
 		"/api/write": map[string]any{"post": operation("Run a CRUD write; answers the state after it.",
 			oneOfSuffix(writes, ".request"), jsonOK("the state after the write", dataOf(oneOfSuffix(writes, ".result"))), all...)},
@@ -258,6 +270,10 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 			"get": operation("A stream's timeline, for the admin role of its tenant.", nil,
 				jsonOK("the timeline", dataOf(anyObject)), http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
 				http.StatusNotFound, http.StatusInternalServerError, http.StatusServiceUnavailable),
+		},
+		"/api/subjects/{subject}/forget": map[string]any{
+			"parameters": []any{subject},
+			"post":       forget,
 		},
 		"/api/events": get("Server-Sent Events of the caller's tenant; Last-Event-ID or ?after= replays, ?types= filters.",
 			map[string]any{"description": "the event stream", "content": map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},

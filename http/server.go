@@ -108,7 +108,8 @@ type Config struct {
 	// Authorization, Idempotency-Key, request and correlation id headers.
 	// Empty: no CORS headers; cross-origin browser calls fail.
 	CORSOrigins []string
-	// AdminRole is the role that may use /api/inspect, within its own
+	// AdminRole is the role that may use /api/inspect and forget data
+	// subjects (POST /api/subjects/{subject}/forget), within its own
 	// tenant. Default "Admin".
 	AdminRole string
 	// OperatorRole is the role that may see app-wide state: /api/consumers,
@@ -134,11 +135,13 @@ type Config struct {
 	// payload may have; deeper answers 400 validation_error (too_deep).
 	// Default 20.
 	MaxDepth int
-	// Idempotency records keyed writes (write, batch, command) so a retry
-	// with the same Idempotency-Key replays the first response. Nil turns
-	// replay off: the key is still stored on the events and recorded by the
-	// pipeline in the write transaction, so a retry is refused
-	// (idempotency_conflict, already_applied) instead of applying twice.
+	// Idempotency records keyed writes (write, batch, command, and the
+	// forgetting of a data subject) so a retry with the same
+	// Idempotency-Key replays the first response. Nil turns replay off:
+	// the key is still stored on the events and recorded by the pipeline in
+	// the write transaction, so a retry is refused (idempotency_conflict,
+	// already_applied) instead of applying twice; a forget, which appends
+	// no event, simply runs again, as harmless as the first time.
 	// Keys sent without a token are ignored: there is no user to scope
 	// them to.
 	Idempotency idempotency.Store
@@ -393,6 +396,7 @@ func (s *Server) routeAll() *echo.Echo {
 	e.POST("/api/consumers/:name/parked/:stream/skip", s.parkedAction((*consumer.Ops).SkipParked), s.deadline, s.authenticate)
 	e.GET("/api/projections", s.projections, s.deadline, s.authenticate)
 	e.GET("/api/projections/:name/events", s.projectionEvents, s.authenticate)
+	e.POST("/api/subjects/:subject/forget", s.forgetSubject, s.deadline, s.authenticate, s.idempotent)
 	e.GET("/api/openapi.json", s.openapi)
 
 	if !s.cfg.SeparateMetrics {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -107,9 +109,9 @@ func (d *Executor) ForgetSubject(ctx context.Context, tenant uuid.UUID, subject 
 
 // forget is ForgetSubject in tx.
 func (d *Executor) forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) error {
-	if subject == "" || len(subject) > maxSubject {
+	if subject == "" || len(subject) > maxSubject || !utf8.ValidString(subject) || strings.ContainsRune(subject, 0) {
 		return kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidSubject,
-			fmt.Sprintf("a subject id is 1 to %d bytes", maxSubject), nil)
+			fmt.Sprintf("a subject id is 1 to %d bytes of UTF-8 text without NUL", maxSubject), nil)
 	}
 	if _, err := d.store.ForgetSubjectTx(ctx, tx, tenant, subject); err != nil {
 		return err

@@ -105,6 +105,10 @@ func TestPersonalDataThroughTheExecutor(t *testing.T) {
 	c, perr = code(t, err)
 	require.Equal(t, "validation_error", c)
 	require.Equal(t, "invalid_subject", perr.Reason())
+	err = app.Executor.ForgetSubject(ctx, tenantA, "a\x00b")
+	c, perr = code(t, err)
+	require.Equal(t, "validation_error", c, "a NUL is no subject")
+	require.Equal(t, "invalid_subject", perr.Reason())
 
 	// Forget the customer: the email and the note go; Bob is untouched.
 	require.NoError(t, app.Executor.ForgetSubject(ctx, tenantA, customer))
