@@ -439,7 +439,7 @@ func (s *Store) rotatePage(ctx context.Context, current string) (int, error) {
 		for _, k := range page {
 			plain, err := s.cfg.Keys.Unwrap(ctx, k.key.kek, k.key.wrapped)
 			if err != nil {
-				return fmt.Errorf("subject %s: %w", k.subject, err)
+				return fmt.Errorf("a data key of tenant %s: %w", uuid.UUID(k.tenant), err)
 			}
 			w, err := s.cfg.Keys.Wrap(ctx, plain)
 			if err != nil {

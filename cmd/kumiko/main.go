@@ -1,7 +1,8 @@
 // Command kumiko is the generic operations CLI: the commands that need no
 // application features. migrate, consumer list|status|restart|skip|disable|
 // enable|gc, inspect (payloads as stored: without the app's features nothing
-// is upcast), events tail|prune and token. The commands that need the app's
+// is upcast), events tail|prune, token and subject rotate-key (with
+// KUMIKO_DATA_KEY). The commands that need the app's
 // registry (events asof of an entity's state, for one) live on the app's own
 // binary (kumiko.Main), which offers these as well.
 //

@@ -27,6 +27,9 @@ import (
 	"github.com/kumiko-go/kumiko/kumikotest"
 )
 
+// dataKey is every app's KUMIKO_DATA_KEY (32 bytes, base64).
+const dataKey = "ZTJlLWRhdGEta2V5LWZvci1wZXJzb25hbC1maWVsZHM="
+
 // secret is every app's KUMIKO_JWT_SECRET; tokens are issued with it.
 const secret = "an-end-to-end-secret-long-enough-for-hs256"
 
@@ -335,6 +338,7 @@ func newAppOn(t testing.TB, name string, db *kumikotest.DB, env ...string) *app 
 		"KUMIKO_JWT_SECRET="+secret,
 		"KUMIKO_ADDR=127.0.0.1:0",
 		"KUMIKO_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
+		"KUMIKO_DATA_KEY="+dataKey,
 	)
 	a := &app{bin: bin, db: db, env: append(base, env...),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}, Timeout: 30 * time.Second}}

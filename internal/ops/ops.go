@@ -39,9 +39,10 @@ const cliUser = "kumiko-cli"
 
 // commands returns the operations commands of a kumiko binary: migrate,
 // consumer, inspect, events (tail, prune, and with features asof), token,
-// and with features project and snapshot. With features they work with the
-// app's registry (upcasting, read tables, entity state); with none (nil) they
-// are the generic commands of cmd/kumiko, which see events as stored.
+// subject (forget, which needs features, and rotate-key), and with features
+// project and snapshot. With features they work with the app's registry
+// (upcasting, read tables, entity state); with none (nil) they are the
+// generic commands of cmd/kumiko, which see events as stored.
 //
 // Every command takes --database-url and --schema (else Config, else
 // DATABASE_URL and KUMIKO_SCHEMA, else the development defaults Main uses)
@@ -55,6 +56,7 @@ func commands(app App) []*cobra.Command {
 		o.inspectCmd(),
 		o.eventsCmd(),
 		o.tokenCmd(),
+		o.subjectCmd(),
 	}
 	if !o.generic {
 		cmds = append(cmds, o.projectCmd(), o.snapshotCmd(), o.integrationCmd(), o.jobCmd(), o.openapiCmd())
@@ -82,12 +84,14 @@ type ops struct {
 	json        bool
 }
 
-// conn is an opened database: the pool, the store and, with features, the
-// registry and the executor.
+// conn is an opened database: the pool, the store (with keys, its
+// key-encryption keys of personal data, nil when none is configured) and,
+// with features, the registry and the executor.
 type conn struct {
 	cfg   Settings
 	pool  *pgxpool.Pool
 	store *eventstore.Store
+	keys  eventstore.KeyProvider
 	reg   *registry.Registry
 	disp  *pipeline.Executor
 }
@@ -170,7 +174,7 @@ func (o *ops) open(ctx context.Context) (*conn, error) {
 		pool.Close()
 		return nil, err
 	}
-	c := &conn{cfg: cfg, pool: pool, store: store, reg: reg}
+	c := &conn{cfg: cfg, pool: pool, store: store, keys: sc.Keys, reg: reg}
 	if reg != nil {
 		if c.disp, err = pipeline.New(reg, store, pipeline.Config{Logger: cfg.Logger}); err != nil {
 			c.close()

@@ -131,6 +131,14 @@ func (f faults) feature() *feature.Feature {
 	return feature.Define("e2e", func(r *feature.Registrar) {
 		r.Entity("note", feature.Fields{"title": feature.Text().Required().MaxLen(200)})
 		r.Crud("note", feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()})
+		// Personal data: a member's name and email are sealed per member
+		// (KUMIKO_DATA_KEY) and forgotten with `subject forget`.
+		r.Entity("member", feature.Fields{
+			"name":  feature.Text().Required().Personal(),
+			"email": feature.Text().Personal(),
+			"plan":  feature.Text(),
+		})
+		r.Crud("member", feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()})
 		// A table-backed consumer that records every note.created it is
 		// handed, with no key: an event delivered twice leaves two rows.
 		r.MultiStreamProjection(feature.MultiStreamProjection{
