@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -457,4 +458,74 @@ func (s *Store) rotatePage(ctx context.Context, current string) (int, error) {
 		return 0, TranslateError(fmt.Errorf("rotate data keys: %w", err))
 	}
 	return n, nil
+}
+
+// SubjectEvent is what one event holds of a data subject: the event's
+// identity and the subject's personal fields in it, open (field names as
+// stored, before any upcast).
+type SubjectEvent struct {
+	EventID       int64                      `json:"eventId"`
+	AggregateType string                     `json:"aggregateType"`
+	AggregateID   uuid.UUID                  `json:"aggregateId"`
+	Version       int                        `json:"version"`
+	Type          string                     `json:"type"`
+	CreatedAt     time.Time                  `json:"createdAt"`
+	Fields        map[string]json.RawMessage `json:"fields"`
+}
+
+// subjectPage is how many events SubjectEvents reads per round trip.
+const subjectPage = 500
+
+// SubjectEvents returns, in id order, every event of tenant that holds
+// personal fields of subject, with those fields open: the event store's
+// part of the subject's data export. A forgotten subject has none that
+// open: its fields read as null.
+func (s *Store) SubjectEvents(ctx context.Context, tenant uuid.UUID, subject string) ([]SubjectEvent, error) {
+	var (
+		out   []SubjectEvent
+		after int64
+	)
+	for {
+		rows, err := s.pool.Query(ctx, s.sql.subjectEvents, tenant, subject, after, subjectPage)
+		if err != nil {
+			return nil, TranslateError(fmt.Errorf("subject events: %w", err))
+		}
+		var (
+			e                                Event
+			payload, meta, personal, keysRaw []byte
+			n                                int
+		)
+		_, err = pgx.ForEachRow(rows, []any{&e.ID, (*[16]byte)(&e.AggregateID), &e.AggregateType, (*[16]byte)(&e.TenantID), &e.Version, &e.Type,
+			&e.StoredEventVersion, &payload, &meta, &e.CreatedAt, &e.CreatedBy, &personal, &keysRaw}, func() error {
+			n, after = n+1, e.ID
+			var fields map[string]string
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(personal, &fields); err != nil {
+				return err
+			}
+			if err := json.Unmarshal(payload, &obj); err != nil {
+				return err
+			}
+			keys, err := sealedKeys(keysRaw)
+			if err != nil {
+				return err
+			}
+			se := SubjectEvent{EventID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID, Version: e.Version,
+				Type: e.Type, CreatedAt: e.CreatedAt, Fields: map[string]json.RawMessage{}}
+			place := eventPlace(e.TenantID, e.AggregateID, e.Version, e.Type)
+			for field, sub := range fields {
+				if sub == subject {
+					se.Fields[field] = s.openValue(ctx, obj[field], keys, place, field, sub)
+				}
+			}
+			out = append(out, se)
+			return nil
+		})
+		if err != nil {
+			return nil, TranslateError(fmt.Errorf("subject events: %w", err))
+		}
+		if n < subjectPage {
+			return out, nil
+		}
+	}
 }

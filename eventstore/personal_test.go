@@ -108,6 +108,23 @@ func TestPersonalFieldsSealForgetAndOpen(t *testing.T) {
 	}
 	require.Equal(t, 1, ranged)
 
+	// A subject's export: the events holding its fields, only its fields.
+	exported := func(tenant uuid.UUID, subject string) []string {
+		t.Helper()
+		evs, err := s.SubjectEvents(ctx, tenant, subject)
+		require.NoError(t, err)
+		var out []string
+		for _, e := range evs {
+			b, err := json.Marshal(e.Fields)
+			require.NoError(t, err)
+			out = append(out, e.Type+" "+string(b))
+		}
+		return out
+	}
+	require.Equal(t, []string{`person.registered {"name":"Ada Lovelace"}`, `task.renamed {"name":"Ada Lovelace"}`}, exported(tenantA, ada.AggregateID.String()))
+	require.Equal(t, []string{`person.registered {"email":"ada@example.org"}`, `person.registered {"email":"bob@example.org"}`}, exported(tenantA, customer))
+	require.Equal(t, []string{`person.registered {"email":"cleo@example.org"}`}, exported(tenantB, customer))
+
 	// Forget Ada (her own id) in tenant A.
 	forget := func(tenant uuid.UUID, subject string) bool {
 		t.Helper()
@@ -127,6 +144,7 @@ func TestPersonalFieldsSealForgetAndOpen(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"name":null,"plan":"gold"}`, string(snapped.State))
 	require.Equal(t, view{"Bob Byron", "bob@example.org", "Bob Byron"}, read(tenantA, bob.AggregateID))
+	require.Equal(t, []string{`person.registered {"name":null}`, `task.renamed {"name":null}`}, exported(tenantA, ada.AggregateID.String()))
 
 	// The customer subject: the emails of both of tenant A, not tenant B's.
 	require.True(t, forget(tenantA, customer))

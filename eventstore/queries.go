@@ -23,6 +23,7 @@ type queries struct {
 	refuseUnknownVersions                              string
 	subjectKeys, forgetSubject, keyChecks, addKeyCheck string
 	staleKeys, rewrapKey, dropKeyChecks                string
+	subjectEvents                                      string
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by, ` +
@@ -53,6 +54,7 @@ func newQueries(schema string) queries {
 		"{keys}", s+".kumiko_subject_keys",
 		"{keyChecks}", s+".kumiko_key_checks",
 		"{keysOf}", s+".kumiko_subject_keys_of",
+		"{subjectsOf}", s+".kumiko_subjects_of",
 		"{events}", s+".kumiko_events",
 		"{snapshots}", s+".kumiko_snapshots",
 		"{archived}", s+".kumiko_archived_streams",
@@ -119,6 +121,11 @@ ins AS (
 SELECT subject, kek_id, wrapped FROM ins
 UNION ALL
 SELECT k.subject, k.kek_id, k.wrapped FROM {keys} k JOIN offered o USING (subject) WHERE k.tenant_id = $1`),
+		// The events of tenant $1 with sealed fields of subject $2, after
+		// id $3, a page of $4.
+		subjectEvents: r.Replace(`SELECT {cols} FROM {events}
+WHERE tenant_id = $1 AND personal IS NOT NULL AND {subjectsOf}(personal) @> ARRAY[$2::text] AND id > $3
+ORDER BY id LIMIT $4`),
 		forgetSubject: r.Replace(`DELETE FROM {keys} WHERE tenant_id = $1 AND subject = $2`),
 		keyChecks:     r.Replace(`SELECT kek_id, wrapped FROM {keyChecks} ORDER BY kek_id`),
 		// A page of data keys wrapped by another KEK than $1, locked so

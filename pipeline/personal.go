@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -107,11 +109,20 @@ func (d *Executor) ForgetSubject(ctx context.Context, tenant uuid.UUID, subject 
 	return nil
 }
 
-// forget is ForgetSubject in tx.
-func (d *Executor) forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) error {
+// checkSubject refuses a subject id that is empty, too long, not UTF-8
+// or holds a NUL (invalid_subject).
+func checkSubject(subject string) error {
 	if subject == "" || len(subject) > maxSubject || !utf8.ValidString(subject) || strings.ContainsRune(subject, 0) {
 		return kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidSubject,
 			fmt.Sprintf("a subject id is 1 to %d bytes of UTF-8 text without NUL", maxSubject), nil)
+	}
+	return nil
+}
+
+// forget is ForgetSubject in tx.
+func (d *Executor) forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) error {
+	if err := checkSubject(subject); err != nil {
+		return err
 	}
 	if _, err := d.store.ForgetSubjectTx(ctx, tx, tenant, subject); err != nil {
 		return err
@@ -130,4 +141,59 @@ func (d *Executor) forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subj
 
 func (cc *commandContext) ForgetSubject(subject string) error {
 	return cc.d.forget(cc.ctx, cc.tx, cc.Tenant(), subject)
+}
+
+// SubjectExport is every personal value of a data subject that a tenant
+// holds (GDPR Art. 15 and 20): the events with its sealed fields and the
+// entity rows with its personal fields.
+type SubjectExport struct {
+	Subject string `json:"subject"`
+	// Events holds, in id order, each event with fields of the subject,
+	// open (field names as stored).
+	Events []eventstore.SubjectEvent `json:"events"`
+	// Rows holds the entity rows with fields of the subject, by entity.
+	Rows []SubjectRow `json:"rows"`
+}
+
+// SubjectRow is an entity row's personal fields of one subject.
+type SubjectRow struct {
+	Entity string         `json:"entity"`
+	ID     uuid.UUID      `json:"id"`
+	Fields map[string]any `json:"fields"`
+}
+
+// ExportSubject returns every personal value of subject in tenant. A
+// forgotten subject's events show its fields as null and its rows have
+// none; an unknown subject exports empty lists (no error).
+func (d *Executor) ExportSubject(ctx context.Context, tenant uuid.UUID, subject string) (SubjectExport, error) {
+	if err := checkSubject(subject); err != nil {
+		return SubjectExport{}, err
+	}
+	out := SubjectExport{Subject: subject, Events: []eventstore.SubjectEvent{}, Rows: []SubjectRow{}}
+	var err error
+	if out.Events, err = d.store.SubjectEvents(ctx, tenant, subject); err != nil {
+		return SubjectExport{}, AsError(err)
+	}
+	if out.Events == nil {
+		out.Events = []eventstore.SubjectEvent{}
+	}
+	err = d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		for _, e := range d.reg.Entities() {
+			if len(e.Personal()) == 0 || e.SystemStream() {
+				continue
+			}
+			rows, err := d.proj.Entity(e.Name()).SubjectRows(ctx, tx, tenant, subject)
+			if err != nil {
+				return err
+			}
+			for _, id := range slices.SortedFunc(maps.Keys(rows), func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) }) {
+				out.Rows = append(out.Rows, SubjectRow{Entity: e.Name(), ID: id, Fields: rows[id]})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return SubjectExport{}, AsError(err)
+	}
+	return out, nil
 }

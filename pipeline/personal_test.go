@@ -87,6 +87,27 @@ func TestPersonalDataThroughTheExecutor(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(evs[3].Payload), "prefers mornings")
 
+	// The export: every personal value of a subject, in events and rows.
+	exported := func(subject string) string {
+		t.Helper()
+		x, err := app.Executor.ExportSubject(ctx, tenantA, subject)
+		require.NoError(t, err)
+		var out string
+		for _, e := range x.Events {
+			b, _ := json.Marshal(e.Fields)
+			out += fmt.Sprintf("%s v%d %s; ", e.Type, e.Version, b)
+		}
+		for _, r := range x.Rows {
+			b, _ := json.Marshal(r.Fields)
+			out += fmt.Sprintf("%s %s; ", r.Entity, b)
+		}
+		return out
+	}
+	require.Equal(t, `person.created v1 {"name":"Ada Lovelace"}; person {"name":"Ada Lovelace"}; `, exported(id))
+	require.Equal(t, `person.created v1 {"email":"ada@example.org"}; person.updated v2 {"email":"ada@lovelace.org"}; `+
+		`person.noted v4 {"note":"prefers mornings"}; person {"email":"ada@lovelace.org"}; `, exported(customer))
+	require.Empty(t, exported("nobody"))
+
 	// No subject, no personal value: nothing is written.
 	_, err = app.Executor.Write(ctx, alice, req("person.update", fmt.Sprintf(`{"id":%q,"version":4,"changes":{"customerId":null,"email":"x@example.org"}}`, id)))
 	c, perr := code(t, err)
@@ -122,6 +143,7 @@ func TestPersonalDataThroughTheExecutor(t *testing.T) {
 	require.NoError(t, json.Unmarshal(evs[3].Payload, &n))
 	require.Equal(t, map[string]any{"customer": customer, "note": nil}, n)
 	require.Equal(t, "Bob Byron", row(t, query(t, app, alice, "person.detail", fmt.Sprintf(`{"id":%q}`, bob["id"])))["name"])
+	require.Equal(t, `person.created v1 {"name":null}; `, exported(id), "forgotten: nulls, no rows")
 
 	// The fold (from the snapshot and without it) equals the forgotten row.
 	snap, after, err := app.Store.LoadWithSnapshot(ctx, tenantA, uuid.MustParse(id), 1, eventstore.LoadOptions{})

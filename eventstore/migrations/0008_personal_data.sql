@@ -35,3 +35,12 @@ LANGUAGE sql STABLE AS $$
     FROM {{schema}}.kumiko_subject_keys k
     WHERE k.tenant_id = tenant AND k.subject IN (SELECT value FROM jsonb_each_text(personal))
 $$;
+
+-- The subjects of a row's sealed fields, and an index of the events by
+-- them: a subject's export finds its events without reading the others.
+CREATE FUNCTION {{schema}}.kumiko_subjects_of(personal jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT array_agg(DISTINCT value) FROM jsonb_each_text(personal)
+$$;
+CREATE INDEX kumiko_events_subjects ON {{schema}}.kumiko_events
+    USING gin ({{schema}}.kumiko_subjects_of(personal)) WHERE personal IS NOT NULL;

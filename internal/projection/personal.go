@@ -67,3 +67,61 @@ func (t *Entity) Forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subjec
 	}
 	return n, nil
 }
+
+// SubjectRows returns the personal fields of the entity's rows in tenant
+// that belong to subject, by row id: those declared Personal of the row
+// whose id is subject, those declared PersonalOf a field holding subject.
+// A row without any is left out.
+func (t *Entity) SubjectRows(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) (map[uuid.UUID]map[string]any, error) {
+	bySubject := map[string][]string{} // subject field ("": the id) → fields
+	for _, f := range t.fields {
+		if fs := t.specs[f]; fs.Personal {
+			bySubject[fs.Subject] = append(bySubject[fs.Subject], f)
+		}
+	}
+	out := map[uuid.UUID]map[string]any{}
+	for _, field := range slices.Sorted(maps.Keys(bySubject)) {
+		fields := bySubject[field]
+		cols := make([]string, len(fields))
+		for i, f := range fields {
+			cols[i] = "to_jsonb(" + t.cols[f] + ")"
+		}
+		var where string
+		var arg any
+		if field == "" {
+			id, err := uuid.Parse(subject)
+			if err != nil {
+				continue
+			}
+			where, arg = "id = $1", [16]byte(id)
+		} else {
+			where, arg = t.cols[field]+"::text = $1", subject
+		}
+		rows, err := tx.Query(ctx, fmt.Sprintf("SELECT id, jsonb_build_array(%s) FROM %s WHERE %s AND tenant_id = $2 ORDER BY id",
+			strings.Join(cols, ", "), t.table, where), arg, [16]byte(tenant))
+		if err != nil {
+			return nil, fmt.Errorf("export %s from %s: %w", subject, t.e.Name(), err)
+		}
+		var (
+			id     [16]byte
+			values []any
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&id, &values}, func() error {
+			row := out[uuid.UUID(id)]
+			for i, f := range fields {
+				if values[i] == nil {
+					continue
+				}
+				if row == nil {
+					row = map[string]any{}
+					out[uuid.UUID(id)] = row
+				}
+				row[f] = values[i]
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("export %s from %s: %w", subject, t.e.Name(), err)
+		}
+	}
+	return out, nil
+}
