@@ -51,6 +51,17 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream Stream, expected
 // expectation holds and all events are written, or nothing is. A refused
 // stream is reported as a *BatchError naming its index.
 func (s *Store) AppendBatch(ctx context.Context, batch []StreamAppend) ([]AppendResult, error) {
+	if hasPersonal(batch) {
+		// A subject's new data key commits with the events: one
+		// transaction, one flush, instead of two.
+		var res []AppendResult
+		err := s.InTx(ctx, func(ctx context.Context, tx *Tx) error {
+			var err error
+			res, err = s.AppendBatchTx(ctx, tx, batch)
+			return err
+		})
+		return res, err
+	}
 	res, err := s.appendBatch(ctx, s.pool, nil, batch)
 	if err != nil {
 		return nil, TranslateError(err)
@@ -479,4 +490,16 @@ func lastID(res []AppendResult) int64 {
 		}
 	}
 	return id
+}
+
+// hasPersonal reports whether an event of batch has personal fields.
+func hasPersonal(batch []StreamAppend) bool {
+	for _, sa := range batch {
+		for _, ne := range sa.Events {
+			if len(ne.Personal) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

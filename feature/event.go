@@ -87,3 +87,22 @@ func SubjectField(field string) EventOption {
 	}
 	return o
 }
+
+// SubjectForgottenEvent is the type of the event every forget of a data
+// subject appends (see CommandContext.ForgetSubject), in the forget's
+// transaction, to a stream of aggregate type SubjectAggregate of its own
+// per subject; its payload is SubjectForgotten. An inline projection may
+// apply it — it runs in the forget's transaction, whatever its Source — and
+// so may a multi-stream projection, to remove or null the personal values
+// they copied into their tables.
+const SubjectForgottenEvent = "kumiko.subject.forgotten"
+
+// SubjectAggregate is the aggregate type of the streams SubjectForgottenEvent
+// is appended to.
+const SubjectAggregate = "kumiko.subject"
+
+// SubjectForgotten is the payload of SubjectForgottenEvent: the forgotten
+// subject's id (in the event's tenant).
+type SubjectForgotten struct {
+	Subject string `json:"subject"`
+}

@@ -42,6 +42,7 @@ func OpenAPI(reg *registry.Registry, title string) ([]byte, error) {
 		kinds[h.Kind] = append(kinds[h.Kind], h.Name)
 	}
 	b.schemas["Problem"] = problemSchema()
+	b.schemas["SubjectExport"] = subjectExportSchema()
 	if title == "" {
 		title = "kumiko"
 	}
@@ -179,6 +180,41 @@ func problemSchema() map[string]any {
 	}
 }
 
+// subjectExportSchema is the data of GET /api/subjects/{subject}/export:
+// pipeline.SubjectExport.
+func subjectExportSchema() map[string]any {
+	str := map[string]any{"type": "string"}
+	id := map[string]any{"type": "string", "format": "uuid"}
+	object := func(desc string, required []string, props map[string]any) map[string]any {
+		return map[string]any{"type": "object", "description": desc, "required": required,
+			"additionalProperties": false, "properties": props}
+	}
+	fields := func(desc string) map[string]any {
+		return map[string]any{"type": "object", "description": desc}
+	}
+	return object("Every personal value of a data subject in the caller's tenant (GDPR Art. 15 and 20).",
+		[]string{"subject", "events", "rows"}, map[string]any{
+			"subject": str,
+			"events": map[string]any{"type": "array", "description": "In id order, each event with personal fields of the subject.",
+				"items": object("An event and the subject's personal fields in it.",
+					[]string{"eventId", "aggregateType", "aggregateId", "version", "type", "createdAt", "fields"}, map[string]any{
+						"eventId":       map[string]any{"type": "integer"},
+						"aggregateType": str,
+						"aggregateId":   id,
+						"version":       map[string]any{"type": "integer"},
+						"type":          str,
+						"createdAt":     map[string]any{"type": "string", "format": "date-time"},
+						"fields":        fields("The subject's personal fields, open, by name as stored (before any upcast); null once the subject is forgotten."),
+					})},
+			"rows": map[string]any{"type": "array", "description": "The entity read rows with personal fields of the subject.",
+				"items": object("An entity row's personal fields of the subject.", []string{"entity", "id", "fields"}, map[string]any{
+					"entity": str,
+					"id":     id,
+					"fields": fields("The row's personal fields of the subject (not null), by field name."),
+				})},
+		})
+}
+
 // errorStatuses are the statuses of the error contract (docs/http.md).
 var errorStatuses = []int{
 	http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
@@ -253,6 +289,12 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 	forget["security"] = []any{map[string]any{"bearer": []any{}}}
 	subject := pathParameter("subject", map[string]any{"minLength": 1})
 	subject["description"] = "the subject id, 1 to 200 bytes (percent-encoded in the path)"
+	// export answers the subject's personal values; a token is always needed.
+	export := operation("Export every personal value of a data subject of the caller's tenant: the events with its "+
+		"personal fields and the entity rows' personal fields of it. Empty lists for a subject without data. "+
+		"For the admin role of the tenant.", nil, jsonOK("the subject's personal values", dataOf(ref("SubjectExport"))),
+		http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusInternalServerError, http.StatusServiceUnavailable)
+	export["security"] = []any{map[string]any{"bearer": []any{}}}
 	return map[string]any{
 		"/api/write": map[string]any{"post": operation("Run a CRUD write; answers the state after it.",
 			oneOfSuffix(writes, ".request"), jsonOK("the state after the write", dataOf(oneOfSuffix(writes, ".result"))), all...)},
@@ -274,6 +316,10 @@ func paths(kinds map[registry.HandlerKind][]string) map[string]any {
 		"/api/subjects/{subject}/forget": map[string]any{
 			"parameters": []any{subject},
 			"post":       forget,
+		},
+		"/api/subjects/{subject}/export": map[string]any{
+			"parameters": []any{subject},
+			"get":        export,
 		},
 		"/api/events": get("Server-Sent Events of the caller's tenant; Last-Event-ID or ?after= replays, ?types= filters.",
 			map[string]any{"description": "the event stream", "content": map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},

@@ -108,9 +108,10 @@ type Config struct {
 	// Authorization, Idempotency-Key, request and correlation id headers.
 	// Empty: no CORS headers; cross-origin browser calls fail.
 	CORSOrigins []string
-	// AdminRole is the role that may use /api/inspect and forget data
-	// subjects (POST /api/subjects/{subject}/forget), within its own
-	// tenant. Default "Admin".
+	// AdminRole is the role that may use /api/inspect and export and
+	// forget data subjects (GET /api/subjects/{subject}/export, POST
+	// /api/subjects/{subject}/forget), within its own tenant. Default
+	// "Admin".
 	AdminRole string
 	// OperatorRole is the role that may see app-wide state: /api/consumers,
 	// /api/projections (with their lastError texts) and, unless
@@ -397,6 +398,7 @@ func (s *Server) routeAll() *echo.Echo {
 	e.GET("/api/projections", s.projections, s.deadline, s.authenticate)
 	e.GET("/api/projections/:name/events", s.projectionEvents, s.authenticate)
 	e.POST("/api/subjects/:subject/forget", s.forgetSubject, s.deadline, s.authenticate, s.idempotent)
+	e.GET("/api/subjects/:subject/export", s.exportSubject, s.deadline, s.authenticate)
 	e.GET("/api/openapi.json", s.openapi)
 
 	if !s.cfg.SeparateMetrics {

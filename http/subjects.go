@@ -43,3 +43,34 @@ func (s *Server) forgetSubject(c echo.Context) error {
 	}
 	return c.NoContent(http.StatusNoContent)
 }
+
+// GET /api/subjects/{subject}/export: every personal value of the data
+// subject subject that the caller's tenant holds (pipeline.Executor.
+// ExportSubject, GDPR Art. 15 and 20): 200 with {"data": {subject, events,
+// rows}} — the events with its sealed fields, open (field names as
+// stored), and the entity rows' personal fields of it. A forgotten
+// subject's event fields are null and it has no rows; a subject without
+// data exports empty lists, so the answer tells nothing about other
+// tenants. For the AdminRole, the tenant being the token's, and with the
+// forget route's subject check.
+func (s *Server) exportSubject(c echo.Context) error {
+	u := userOf(c)
+	switch {
+	case !u.Authenticated:
+		return unauthenticated("", "sign in to export data subjects", nil)
+	case !u.HasRole(s.cfg.AdminRole):
+		return newAPIError(pipeline.CodeAccessDenied, "", "exporting data subjects needs the role "+s.cfg.AdminRole)
+	}
+	subject, err := pathParam(c, "subject")
+	if err != nil {
+		return err
+	}
+	if !utf8.ValidString(subject) || strings.ContainsRune(subject, 0) {
+		return invalidInput(kumikotype.ReasonInvalidSubject, "a subject id is UTF-8 text without the character U+0000")
+	}
+	out, err := s.d.ExportSubject(c.Request().Context(), u.TenantID, subject)
+	if err != nil {
+		return err
+	}
+	return respond(c, http.StatusOK, data{out})
+}

@@ -89,7 +89,13 @@ func (e *env) createdPayload(admin, id string) (payload, raw map[string]any) {
 // OpenAPI document, and the request too when whole is set.
 func checkExchange(t *testing.T, e *env, v validator.Validator, path, tok string, r reply, whole bool) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, e.srv.URL+path, nil)
+	checkMethodExchange(t, e, v, http.MethodPost, path, tok, r, whole)
+}
+
+// checkMethodExchange is checkExchange for a request of method.
+func checkMethodExchange(t *testing.T, e *env, v validator.Validator, method, path, tok string, r reply, whole bool) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, nil)
 	require.NoError(t, err)
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -100,7 +106,7 @@ func checkExchange(t *testing.T, e *env, v validator.Validator, path, tok string
 		ok, errs = v.ValidateHttpRequestResponse(req, res)
 	}
 	for _, ve := range errs {
-		t.Errorf("POST %s → %s: %s: %s", path, r, ve.Message, ve.Reason)
+		t.Errorf("%s %s → %s: %s: %s", method, path, r, ve.Message, ve.Reason)
 	}
 	require.True(t, ok)
 }
@@ -285,4 +291,186 @@ func TestForgetSubjectIdempotencyAndObservability(t *testing.T) {
 	require.Contains(t, string(m.body), `kumiko_http_requests_total{method="POST",route="`+route+`",status="204"} 2`)
 	require.Contains(t, string(m.body), `kumiko_http_requests_total{method="POST",route="`+route+`",status="422"} 1`)
 	require.NotContains(t, string(m.body), id, "subjects never become label values")
+}
+
+// exportPath is the route exporting subject, escaped as a path segment.
+func exportPath(subject string) string {
+	return "/api/subjects/" + url.PathEscape(subject) + "/export"
+}
+
+// export asks, with tok, for subject's export.
+func (e *env) export(tok, subject string) reply {
+	e.t.Helper()
+	return e.do(get(exportPath(subject), tok))
+}
+
+// exportOf is subject's export as tok reads it: 200 with the usual data
+// envelope, validated against the OpenAPI document v, with its subject.
+func (e *env) exportOf(v validator.Validator, tok, subject string) (events, rows []map[string]any) {
+	e.t.Helper()
+	r := e.export(tok, subject)
+	require.Equal(e.t, http.StatusOK, r.status, r.String())
+	require.Equal(e.t, "application/json", r.header.Get("Content-Type"))
+	checkMethodExchange(e.t, e, v, http.MethodGet, exportPath(subject), tok, r, true)
+	d := r.data(e.t)
+	require.Equal(e.t, subject, d["subject"])
+	require.NotNil(e.t, d["events"], "a list, never null: %s", r)
+	require.NotNil(e.t, d["rows"], "a list, never null: %s", r)
+	for _, ev := range d["events"].([]any) {
+		events = append(events, ev.(map[string]any))
+	}
+	for _, row := range d["rows"].([]any) {
+		rows = append(rows, row.(map[string]any))
+	}
+	return events, rows
+}
+
+// An admin exports a contact: 200 with the usual data envelope, the
+// contact's own name in its event (field as stored) and in its row, and
+// nothing of another subject (the customer's email, another contact);
+// the customer's export holds the email. A subject without data exports
+// empty lists; after a forget the event's field is null and no row is
+// left. An export appends no event. The exchanges match the OpenAPI
+// document.
+func TestExportSubject(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 8, []*feature.Feature{crm})
+	v := openAPIValidator(t, e)
+	alice := token(t, "alice", tenantA, "User")
+	admin := token(t, "ada", tenantA, "Admin")
+	customer := uuid.NewString()
+	id := e.contact(alice, fmt.Sprintf(`{"name":"Ada Lovelace","email":"ada@example.org","customerId":%q,"plan":"gold"}`, customer))
+	other := e.contact(alice, `{"name":"Bob Byron","plan":"silver"}`)
+	n := e.events()
+
+	events, rows := e.exportOf(v, admin, id)
+	require.Len(t, events, 1)
+	ev := events[0]
+	require.Equal(t, "contact.created", ev["type"])
+	require.Equal(t, "contact", ev["aggregateType"])
+	require.Equal(t, id, ev["aggregateId"])
+	require.InDelta(t, 1, ev["version"], 0)
+	require.NotZero(t, ev["eventId"])
+	require.NotEmpty(t, ev["createdAt"])
+	require.Equal(t, map[string]any{"name": "Ada Lovelace"}, ev["fields"], "the contact's own fields only")
+	require.Equal(t, []map[string]any{{"entity": "contact", "id": id, "fields": map[string]any{"name": "Ada Lovelace"}}}, rows)
+	r := e.export(admin, id)
+	require.NotContains(t, string(r.body), "ada@example.org")
+	require.NotContains(t, string(r.body), "gold", "fields that are not personal stay out")
+	require.NotContains(t, string(r.body), "Bob Byron")
+
+	events, rows = e.exportOf(v, admin, customer)
+	require.Len(t, events, 1)
+	require.Equal(t, id, events[0]["aggregateId"])
+	require.Equal(t, map[string]any{"email": "ada@example.org"}, events[0]["fields"])
+	require.Equal(t, []map[string]any{{"entity": "contact", "id": id, "fields": map[string]any{"email": "ada@example.org"}}}, rows)
+
+	// Subjects without data: empty lists.
+	for _, s := range []string{"nobody", uuid.NewString(), strings.Repeat("s", 200)} {
+		r := e.export(admin, s)
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", s, r)
+		require.JSONEq(t, fmt.Sprintf(`{"data":{"subject":%q,"events":[],"rows":[]}}`, s), string(r.body))
+		checkMethodExchange(t, e, v, http.MethodGet, exportPath(s), admin, r, true)
+	}
+
+	// After the forget: the event is still there, its name null; no row.
+	r = e.forget(admin, id)
+	require.Equal(t, http.StatusNoContent, r.status, r.String())
+	events, rows = e.exportOf(v, admin, id)
+	require.Len(t, events, 1)
+	require.Equal(t, map[string]any{"name": nil}, events[0]["fields"])
+	require.Empty(t, rows)
+	require.NotContains(t, string(e.export(admin, id).body), "Ada Lovelace")
+	events, rows = e.exportOf(v, admin, other)
+	require.Equal(t, map[string]any{"name": "Bob Byron"}, events[0]["fields"], "another subject's data is intact")
+	require.Len(t, rows, 1)
+
+	// A subject with a slash, sent as %2F, is one subject.
+	slashed := e.contact(alice, `{"name":"Cy","email":"cy@example.org","customerId":"acme/c-1"}`)
+	events, rows = e.exportOf(v, admin, "acme/c-1")
+	require.Len(t, events, 1)
+	require.Equal(t, slashed, events[0]["aggregateId"])
+	require.Equal(t, map[string]any{"email": "cy@example.org"}, rows[0]["fields"])
+
+	require.Equal(t, n+1, e.events(), "exports append no event (one contact was created since)")
+
+	// Logged and counted under the route template, never the subject.
+	const route = "/api/subjects/:subject/export"
+	lines := e.logs.lines(map[string]any{"msg": "request", "route": route, "status": float64(http.StatusOK)})
+	require.NotEmpty(t, lines)
+	require.Equal(t, "GET", lines[0]["method"])
+	require.Equal(t, tenantA.String(), lines[0]["tenant"])
+	m := e.do(get("/metrics", token(t, "olga", tenantA, "Operator")))
+	require.Equal(t, http.StatusOK, m.status, m.String())
+	require.Contains(t, string(m.body), `kumiko_http_requests_total{method="GET",route="`+route+`",status="200"}`)
+	require.NotContains(t, string(m.body), customer, "subjects never become label values")
+}
+
+// The tenant is the token's: another tenant's admin exporting a contact's
+// id gets empty lists, and a text subject both tenants use exports each
+// tenant's own values only.
+func TestExportSubjectTenants(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 8, []*feature.Feature{crm})
+	v := openAPIValidator(t, e)
+	aliceA, adminA := token(t, "alice", tenantA, "User"), token(t, "ada", tenantA, "Admin")
+	bobB, adminB := token(t, "bob", tenantB, "User"), token(t, "bea", tenantB, "Admin")
+	inA := e.contact(aliceA, `{"name":"Ada","email":"ada@a.example","customerId":"c-1"}`)
+	inB := e.contact(bobB, `{"name":"Bea","email":"bea@b.example","customerId":"c-1"}`)
+
+	r := e.export(adminB, inA)
+	require.Equal(t, http.StatusOK, r.status, r.String())
+	require.JSONEq(t, fmt.Sprintf(`{"data":{"subject":%q,"events":[],"rows":[]}}`, inA), string(r.body), "nothing of tenant A")
+	events, rows := e.exportOf(v, adminA, inA)
+	require.Len(t, events, 1)
+	require.Len(t, rows, 1)
+
+	events, rows = e.exportOf(v, adminB, "c-1")
+	require.Len(t, events, 1)
+	require.Equal(t, inB, events[0]["aggregateId"])
+	require.Equal(t, map[string]any{"email": "bea@b.example"}, events[0]["fields"])
+	require.Equal(t, []map[string]any{{"entity": "contact", "id": inB, "fields": map[string]any{"email": "bea@b.example"}}}, rows)
+	require.NotContains(t, string(e.export(adminB, "c-1").body), "ada@a.example")
+
+	events, rows = e.exportOf(v, adminA, "c-1")
+	require.Len(t, events, 1)
+	require.Equal(t, inA, events[0]["aggregateId"])
+	require.Equal(t, []map[string]any{{"entity": "contact", "id": inA, "fields": map[string]any{"email": "ada@a.example"}}}, rows)
+}
+
+// Only the tenant's admin role exports: no token is 401, a user or an
+// operator without it 403. A subject that is empty, too long, not UTF-8 or
+// holding U+0000 is 400 invalid_subject, checked after the role; another
+// method is 405. The answers match the OpenAPI document.
+func TestExportSubjectRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 8, []*feature.Feature{crm})
+	v := openAPIValidator(t, e)
+	alice := token(t, "alice", tenantA, "User")
+	admin := token(t, "ada", tenantA, "Admin")
+	operator := token(t, "olga", tenantA, "Operator")
+	id := e.contact(alice, `{"name":"Ada"}`)
+
+	r := e.export("", id)
+	requireProblem(t, r, http.StatusUnauthorized, "unauthenticated", "")
+	require.NotEmpty(t, r.header.Get("WWW-Authenticate"))
+	require.NotContains(t, string(r.body), "Ada")
+	checkMethodExchange(t, e, v, http.MethodGet, exportPath(id), "", r, false)
+	r = e.export(alice, id)
+	requireProblem(t, r, http.StatusForbidden, "access_denied", "")
+	require.NotContains(t, string(r.body), "Ada")
+	checkMethodExchange(t, e, v, http.MethodGet, exportPath(id), alice, r, false)
+	requireProblem(t, e.export(operator, id), http.StatusForbidden, "access_denied", "")
+	requireProblem(t, e.export("not-a-token", id), http.StatusUnauthorized, "unauthenticated", "invalid_token")
+
+	r = e.export(admin, strings.Repeat("s", 201))
+	requireProblem(t, r, http.StatusBadRequest, "validation_error", "invalid_subject")
+	checkMethodExchange(t, e, v, http.MethodGet, exportPath("x"), admin, r, false)
+	for _, path := range []string{"/api/subjects//export", "/api/subjects/a%00b/export", "/api/subjects/a%FFb/export"} {
+		requireProblem(t, e.do(get(path, admin)), http.StatusBadRequest, "validation_error", "invalid_subject")
+	}
+	requireProblem(t, e.do(get("/api/subjects//export", alice)), http.StatusForbidden, "access_denied", "")
+
+	requireProblem(t, e.do(request{path: exportPath(id), token: admin}), http.StatusMethodNotAllowed, "method_not_allowed", "")
+	require.Equal(t, "Ada", e.contactDetail(alice, id)["name"])
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
 )
@@ -101,7 +102,7 @@ const maxSubject = 200
 // answers the same whether or not the subject had data.
 func (d *Executor) ForgetSubject(ctx context.Context, tenant uuid.UUID, subject string) error {
 	err := d.store.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		return d.forget(ctx, tx, tenant, subject)
+		return d.forget(ctx, tx, &Caller{User: feature.User{TenantID: tenant}}, tenant, subject)
 	})
 	if err != nil {
 		return AsError(err)
@@ -119,8 +120,14 @@ func checkSubject(subject string) error {
 	return nil
 }
 
-// forget is ForgetSubject in tx.
-func (d *Executor) forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) error {
+// subjectStreams names the stream of a subject's SubjectForgottenEvent:
+// one per tenant and subject, derived from both.
+var subjectStreams = uuid.MustParse("0190d6c4-7a1e-7000-8000-6b756d696b6f")
+
+// forget is ForgetSubject in tx, as c: the key goes, the entity rows' fields
+// are nulled, and feature.SubjectForgottenEvent is appended and applied to
+// the inline projections that apply it.
+func (d *Executor) forget(ctx context.Context, tx pgx.Tx, c *Caller, tenant uuid.UUID, subject string) error {
 	if err := checkSubject(subject); err != nil {
 		return err
 	}
@@ -136,11 +143,21 @@ func (d *Executor) forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subj
 			return err
 		}
 	}
-	return nil
+	payload, err := json.Marshal(feature.SubjectForgotten{Subject: subject})
+	if err != nil {
+		return err
+	}
+	stream := eventstore.Stream{TenantID: tenant, AggregateType: feature.SubjectAggregate,
+		AggregateID: uuid.NewSHA1(subjectStreams, []byte(tenant.String()+"\x00"+subject))}
+	ev, _, err := d.appendValid(ctx, tx, c, stream, eventstore.AnyVersion, feature.SubjectForgottenEvent, payload, nil, "", nil, false)
+	if err != nil {
+		return err
+	}
+	return d.proj.ApplyEverywhere(ctx, tx, ev)
 }
 
 func (cc *commandContext) ForgetSubject(subject string) error {
-	return cc.d.forget(cc.ctx, cc.tx, cc.Tenant(), subject)
+	return cc.d.forget(cc.ctx, cc.tx, cc.c, cc.Tenant(), subject)
 }
 
 // SubjectExport is every personal value of a data subject that a tenant

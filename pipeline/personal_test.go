@@ -23,6 +23,31 @@ var people = feature.Define("people", func(r *feature.Registrar) {
 		"plan":       feature.Text(),
 	}, feature.SnapshotEvery(2))
 	r.Crud("person", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
+	// A projection that copies a personal value, and removes it when its
+	// subject is forgotten, in the forget's transaction.
+	r.Projection("person_names", feature.InlineProjection{
+		Source: "person",
+		Table: feature.TableDef{Name: "person_names", PrimaryKey: []string{"id"}, Columns: []feature.Column{
+			{Name: "id", Type: "uuid", NotNull: true}, {Name: "tenant_id", Type: "uuid", NotNull: true}, {Name: "name", Type: "text"}}},
+		Apply: map[string]feature.ProjectionApplyFunc{
+			"person.created": func(ctx feature.ProjectionContext, e feature.Event) error {
+				var p struct{ Name *string }
+				if err := json.Unmarshal(e.Payload, &p); err != nil {
+					return err
+				}
+				_, err := ctx.DB().Exec(ctx.Context(), "INSERT INTO "+ctx.Table()+" (id, tenant_id, name) VALUES ($1, $2, $3)", e.AggregateID, ctx.Tenant(), p.Name)
+				return err
+			},
+			feature.SubjectForgottenEvent: func(ctx feature.ProjectionContext, e feature.Event) error {
+				var p feature.SubjectForgotten
+				if err := json.Unmarshal(e.Payload, &p); err != nil {
+					return err
+				}
+				_, err := ctx.DB().Exec(ctx.Context(), "UPDATE "+ctx.Table()+" SET name = NULL WHERE id::text = $1 AND tenant_id = $2", p.Subject, ctx.Tenant())
+				return err
+			},
+		},
+	})
 	type noted struct {
 		Customer string `json:"customer"`
 		Note     string `json:"note"`
@@ -116,7 +141,11 @@ func TestPersonalDataThroughTheExecutor(t *testing.T) {
 	require.Equal(t, 4, app.Count(t, "SELECT count(*) FROM kumiko_events WHERE aggregate_id = $1", id))
 
 	// Forget Ada herself, in a command: her name goes, her customer's email stays.
+	require.Equal(t, "Ada Lovelace", queryString(t, app, "SELECT name FROM person_names WHERE id = $1", id))
 	command(t, app, "person.forget", fmt.Sprintf(`{"subject":%q}`, id))
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM person_names WHERE id = $1 AND name IS NULL", id), "the projection nulled its copy in the forget")
+	require.Equal(t, 1, app.Count(t, `SELECT count(*) FROM kumiko_events WHERE type = 'kumiko.subject.forgotten' AND payload->>'subject' = $1
+		AND aggregate_type = 'kumiko.subject' AND created_by = 'alice'`, id), "the forget appended its event, as the caller")
 	detail = row(t, query(t, app, alice, "person.detail", fmt.Sprintf(`{"id":%q}`, id)))
 	require.Nil(t, detail["name"])
 	require.Equal(t, "ada@lovelace.org", detail["email"])

@@ -67,7 +67,7 @@ type builder struct {
 }
 
 func newBuilder() *builder {
-	return &builder{
+	b := &builder{
 		reg: &Registry{
 			entities:      map[string]*Entity{},
 			handlers:      map[string]Handler{},
@@ -90,6 +90,13 @@ func newBuilder() *builder {
 		projOwner:    map[string]string{},
 		tableOwner:   map[string]string{},
 	}
+	// The framework's own event: what a forget of a data subject appends.
+	forgotten := reflect.TypeFor[feature.SubjectForgotten]()
+	b.reg.events[feature.SubjectForgottenEvent] = &eventInfo{EventType: EventType{
+		Name: feature.SubjectForgottenEvent, Version: 1, GoType: forgotten}}
+	b.reg.payloads[feature.SubjectForgottenEvent], _ = b.reg.codec.StructPayload(forgotten, "payload")
+	b.eventOwner[feature.SubjectForgottenEvent] = "kumiko"
+	return b
 }
 
 func (b *builder) fail(feat, item, rule, format string, args ...any) {
@@ -745,7 +752,7 @@ func (b *builder) projection(feat, name string, def feature.InlineProjection) {
 		case info == nil:
 			b.fail(feat, item, RuleApply, "applies %q, which no feature defines", ev)
 			ok = false
-		case info.Feature != feat:
+		case info.Feature != feat && ev != feature.SubjectForgottenEvent:
 			b.fail(feat, item, RuleApply, "applies %q of feature %q; an inline projection only sees events of its own feature (use a MultiStreamProjection)", ev, info.Feature)
 			ok = false
 		case info.Entity != "" && info.Entity != def.Source && def.Source != "":

@@ -139,7 +139,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured time per side of each comparison")
 	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
-	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs, asof, partitions); all when empty")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs, asof, partitions, personal); all when empty")
 	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof; a consuming process started by the run writes its own to FILE.<consumer>.<n>")
 	flag.BoolVar(&cfg.cpu, "cpu", false, "print each comparison's CPU time per unit of both sides: this process's and the local PostgreSQL server's (read from /proc)")
 	flag.BoolVar(&cfg.quick, "quick", false, "a smoke run under two minutes: 300ms per side, 1 round, 100ms warm-up, a tenth of the events (the ratios are rough)")
@@ -274,7 +274,7 @@ func run(cfg config) error {
 	}{
 		{"append", b.appendRows}, {"batch", b.batchRows}, {"load", b.loadRows}, {"pipeline", b.pipelineRows},
 		{"http", b.httpRows}, {"dispatcher", b.dispatcherRows}, {"rebuild", b.rebuildRows}, {"integration", b.integrationRows}, {"jobs", b.jobRows}, {"asof", b.asOfRows},
-		{"partitions", b.partitionRows},
+		{"partitions", b.partitionRows}, {"personal", b.personalRows},
 	}
 	for _, g := range groups {
 		if cfg.only != "" && !slices.Contains(strings.Split(cfg.only, ","), g.name) {

@@ -39,10 +39,10 @@ const cliUser = "kumiko-cli"
 
 // commands returns the operations commands of a kumiko binary: migrate,
 // consumer, inspect, events (tail, prune, and with features asof), token,
-// subject (forget, which needs features, and rotate-key), and with features
-// project and snapshot. With features they work with the app's registry
-// (upcasting, read tables, entity state); with none (nil) they are the
-// generic commands of cmd/kumiko, which see events as stored.
+// subject (export and forget, which need features, and rotate-key), and
+// with features project and snapshot. With features they work with the
+// app's registry (upcasting, read tables, entity state); with none (nil)
+// they are the generic commands of cmd/kumiko, which see events as stored.
 //
 // Every command takes --database-url and --schema (else Config, else
 // DATABASE_URL and KUMIKO_SCHEMA, else the development defaults Main uses)

@@ -11,19 +11,63 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 )
 
-// ---- subject forget, rotate-key ----
+// ---- subject export, forget, rotate-key ----
 
-// The data subjects of personal data (docs/personal-data.md): forgetting one
-// (crypto-shredding) and rotating the key-encryption key that wraps their
-// data keys.
+// The data subjects of personal data (docs/personal-data.md): exporting
+// one's data, forgetting one (crypto-shredding) and rotating the
+// key-encryption key that wraps their data keys.
 
 func (o *ops) subjectCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "subject",
-		Short: "Forget a data subject's personal data and rotate the key that wraps the subjects' data keys (KUMIKO_DATA_KEY)",
+		Short: "Export or forget a data subject's personal data and rotate the key that wraps the subjects' data keys (KUMIKO_DATA_KEY)",
 	}
-	root.AddCommand(o.forgetCmd(), o.rotateKeyCmd())
+	root.AddCommand(o.exportCmd(), o.forgetCmd(), o.rotateKeyCmd())
 	return root
+}
+
+// errExportGeneric refuses subject export in the generic binary.
+var errExportGeneric = errors.New("subject export needs the app's own binary: only it knows the read tables whose " +
+	"personal fields belong to the export along with the subject's events; run the app binary's `subject export`")
+
+func (o *ops) exportCmd() *cobra.Command {
+	var tenant string
+	short := "Export a data subject of a tenant as JSON: its personal fields in the events and in the read rows"
+	if o.generic {
+		short = "Export a data subject (needs the app's own binary, which knows its read tables)"
+	}
+	cmd := &cobra.Command{
+		Use:   "export <subject> --tenant <uuid>",
+		Short: short,
+		Long: "Export every personal value of the data subject <subject> of the tenant (GDPR Art. 15 and 20, " +
+			"docs/personal-data.md) as indented JSON: {subject, events, rows}. events holds, in id order, each event " +
+			"with sealed fields of the subject, open (field names as stored); rows holds the entity read rows' " +
+			"personal fields of the subject. The subject is the id its personal data names: an entity's own id for " +
+			"Personal fields, the value of the subject field for PersonalOf. A forgotten subject's event fields are " +
+			"null and it has no rows; a subject without data exports empty lists. The output is JSON with or without " +
+			"--json. Only the app's own binary can run it: it knows the read tables; cmd/kumiko refuses.",
+		Example: "  subject export 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00 --tenant 01900000-0000-7000-8000-000000000001 > export.json",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.generic {
+				return errExportGeneric
+			}
+			t, err := parseTenant(tenant)
+			if err != nil {
+				return err
+			}
+			subject := args[0] // the executor validates it
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				exp, err := c.disp.ExportSubject(ctx, t, subject)
+				if err != nil {
+					return err
+				}
+				return writeJSON(out, exp)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the subject's data belongs to (required)")
+	return cmd
 }
 
 // errForgetGeneric refuses subject forget in the generic binary.

@@ -184,6 +184,132 @@ func TestSubjectForgetCommand(t *testing.T) {
 	require.Equal(t, "bob@example.org", ev)
 }
 
+// exported is the output of `subject export`, decoded.
+type exported struct {
+	Subject string `json:"subject"`
+	Events  []struct {
+		EventID       int64                      `json:"eventId"`
+		AggregateType string                     `json:"aggregateType"`
+		AggregateID   uuid.UUID                  `json:"aggregateId"`
+		Version       int                        `json:"version"`
+		Type          string                     `json:"type"`
+		Fields        map[string]json.RawMessage `json:"fields"`
+	} `json:"events"`
+	Rows []struct {
+		Entity string         `json:"entity"`
+		ID     uuid.UUID      `json:"id"`
+		Fields map[string]any `json:"fields"`
+	} `json:"rows"`
+}
+
+// `subject export` of the app's binary prints, as indented JSON with or
+// without --json, the subject's personal values in its events (each event
+// that holds them, in order) and in its read rows, nothing of another
+// subject; after a forget the event fields are null and no row is left. A
+// subject without data, and another tenant's export of the same id, are
+// empty lists. It refuses a bad tenant or subject; the generic binary
+// refuses it.
+func TestSubjectExportCommand(t *testing.T) {
+	t.Parallel()
+	crm := crmFeature()
+	key := newDataKey(t)
+	app := kumikotest.NewApp(t, []*feature.Feature{crm}, kumikotest.StoreConfig(eventstore.Config{Keys: localKeys(t, key)}))
+	cli := withDataKey(app, []*feature.Feature{crm}, key)
+	tenant := uuid.New()
+	ids := createContacts(t, app, tenant, "ada@example.org", "bob@example.org")
+	ada, bob := ids[0], ids[1]
+	_, err := app.Executor.Write(context.Background(), kumikotest.User(tenant, "wes", "User"), pipeline.Request{Type: "contact.update",
+		Payload: json.RawMessage(fmt.Sprintf(`{"id":%q,"version":1,"changes":{"email":"ada@lovelace.example"}}`, ada))})
+	require.NoError(t, err)
+	export := func(args ...string) exported {
+		t.Helper()
+		out, err := cli(append([]string{"subject", "export"}, args...)...)
+		require.NoError(t, err, out)
+		require.True(t, strings.HasPrefix(out, "{\n  \"subject\": "), "indented JSON: %s", out)
+		var x exported
+		require.NoError(t, json.Unmarshal([]byte(out), &x), out)
+		return x
+	}
+
+	x := export(ada.String(), "--tenant", tenant.String())
+	require.Equal(t, ada.String(), x.Subject)
+	require.Len(t, x.Events, 2)
+	for i, want := range []struct{ typ, email string }{{"contact.created", "ada@example.org"}, {"contact.updated", "ada@lovelace.example"}} {
+		ev := x.Events[i]
+		require.Equal(t, want.typ, ev.Type)
+		require.Equal(t, "contact", ev.AggregateType)
+		require.Equal(t, ada, ev.AggregateID)
+		require.Equal(t, i+1, ev.Version)
+		require.Equal(t, map[string]json.RawMessage{"email": json.RawMessage(fmt.Sprintf("%q", want.email))}, ev.Fields,
+			"the subject's personal fields only, open")
+	}
+	require.Less(t, x.Events[0].EventID, x.Events[1].EventID)
+	require.Len(t, x.Rows, 1)
+	require.Equal(t, "contact", x.Rows[0].Entity)
+	require.Equal(t, ada, x.Rows[0].ID)
+	require.Equal(t, map[string]any{"email": "ada@lovelace.example"}, x.Rows[0].Fields)
+	require.Equal(t, x, export(ada.String(), "--tenant", tenant.String(), "--json"), "--json changes nothing")
+
+	// Another subject's export holds its own values only.
+	x = export(bob.String(), "--tenant", tenant.String())
+	require.Len(t, x.Events, 1)
+	require.JSONEq(t, `{"email":"bob@example.org"}`, mustJSON(t, x.Events[0].Fields))
+	require.Len(t, x.Rows, 1)
+	require.Equal(t, bob, x.Rows[0].ID)
+
+	// Unknown subjects and another tenant: empty lists, not null.
+	for _, args := range [][]string{{"nobody", "--tenant", tenant.String()}, {uuid.NewString(), "--tenant", tenant.String()},
+		{ada.String(), "--tenant", uuid.NewString()}} {
+		out, err := cli(append([]string{"subject", "export"}, args...)...)
+		require.NoError(t, err, out)
+		require.JSONEq(t, fmt.Sprintf(`{"subject":%q,"events":[],"rows":[]}`, args[0]), out, "%v", args)
+	}
+
+	// After a forget: the events are still listed, their fields null; no
+	// row is left. Bob's export is intact.
+	_, err = cli("subject", "forget", ada.String(), "--tenant", tenant.String())
+	require.NoError(t, err)
+	x = export(ada.String(), "--tenant", tenant.String())
+	require.Len(t, x.Events, 2)
+	for _, ev := range x.Events {
+		require.Equal(t, map[string]json.RawMessage{"email": json.RawMessage("null")}, ev.Fields)
+	}
+	require.Empty(t, x.Rows)
+	out, err := cli("subject", "export", ada.String(), "--tenant", tenant.String())
+	require.NoError(t, err)
+	require.NotContains(t, out, "ada@", "nothing of the forgotten values is left")
+	require.Contains(t, out, `"rows": []`)
+	x = export(bob.String(), "--tenant", tenant.String())
+	require.Equal(t, map[string]any{"email": "bob@example.org"}, x.Rows[0].Fields)
+
+	// Usage errors.
+	_, err = cli("subject", "export", bob.String())
+	require.EqualError(t, err, "--tenant is required (a UUID)")
+	_, err = cli("subject", "export", bob.String(), "--tenant", "acme")
+	require.EqualError(t, err, `--tenant "acme" is not a UUID`)
+	_, err = cli("subject", "export", "--tenant", tenant.String())
+	require.ErrorContains(t, err, "accepts 1 arg(s), received 0")
+	for _, subject := range []string{"", strings.Repeat("x", 201), "a\x00b", "\xff"} {
+		_, err = cli("subject", "export", subject, "--tenant", tenant.String())
+		require.Error(t, err, "%q", subject)
+		require.Regexp(t, `^invalid_subject: a subject id is `, err.Error(), "%q", subject)
+	}
+
+	// The generic binary does not know the read tables: it refuses.
+	out, err = withDataKey(app, nil, "")("subject", "export", bob.String(), "--tenant", tenant.String())
+	require.EqualError(t, err, "subject export needs the app's own binary: only it knows the read tables whose personal "+
+		"fields belong to the export along with the subject's events; run the app binary's `subject export`")
+	require.Empty(t, out)
+}
+
+// mustJSON is v as JSON.
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
 // `subject rotate-key` with KUMIKO_DATA_KEY=new,old re-wraps every data key
 // with the new key, after which the new key alone opens the store and the
 // old one alone no longer does; without the old key it fails and says what

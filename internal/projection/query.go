@@ -14,6 +14,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/internal/spec"
+	"github.com/kumiko-go/kumiko/registry"
 )
 
 // projectionContext is the feature.ProjectionContext of one inline apply.
@@ -32,7 +33,12 @@ func (p *projectionContext) Table() string            { return p.table }
 // ApplyInline applies a freshly appended event inside its transaction to
 // every inline projection fed by its stream's aggregate type.
 func (s *Side) ApplyInline(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
-	for _, p := range s.reg.ProjectionsFor(ev.AggregateType) {
+	return s.applyTo(ctx, tx, ev, s.reg.ProjectionsFor(ev.AggregateType))
+}
+
+// applyTo applies ev in tx to those of ps that apply its type.
+func (s *Side) applyTo(ctx context.Context, tx pgx.Tx, ev eventstore.Event, ps []*registry.Projection) error {
+	for _, p := range ps {
 		apply, ok := p.Apply(ev.Type)
 		if !ok {
 			continue
@@ -331,4 +337,12 @@ func (s *Side) Query(ctx context.Context, db pgx.Tx, u feature.User, name string
 func hasColumn(t feature.TableDef, name string) bool {
 	_, ok := t.Column(name)
 	return ok
+}
+
+// ApplyEverywhere applies ev inside its transaction to every inline
+// projection that applies its type, whatever the projection's Source: the
+// framework's own events (feature.SubjectForgottenEvent) reach every
+// projection that asks for them.
+func (s *Side) ApplyEverywhere(ctx context.Context, tx pgx.Tx, ev eventstore.Event) error {
+	return s.applyTo(ctx, tx, ev, s.reg.Projections())
 }
