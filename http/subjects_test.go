@@ -138,7 +138,8 @@ func TestForgetSubject(t *testing.T) {
 	require.Empty(t, r.header.Get("Content-Type"))
 	require.NotEmpty(t, r.header.Get("X-Request-ID"))
 	checkExchange(t, e, v, forgetPath(id), admin, r, true)
-	require.Equal(t, n, e.events(), "a forget appends no event")
+	require.Equal(t, n+1, e.events(), "a forget appends its kumiko.subject.forgotten event, nothing else")
+	require.Equal(t, 1, e.app.Count(t, "SELECT count(*) FROM kumiko_events WHERE type = 'kumiko.subject.forgotten' AND payload->>'subject' = $1", id))
 
 	// The contact's own name is gone everywhere; its customer's email and
 	// the plan stay, and so does another contact's name.
@@ -392,7 +393,7 @@ func TestExportSubject(t *testing.T) {
 	require.Equal(t, slashed, events[0]["aggregateId"])
 	require.Equal(t, map[string]any{"email": "cy@example.org"}, rows[0]["fields"])
 
-	require.Equal(t, n+1, e.events(), "exports append no event (one contact was created since)")
+	require.Equal(t, n+2, e.events(), "exports append no event (one forget and one contact since)")
 
 	// Logged and counted under the route template, never the subject.
 	const route = "/api/subjects/:subject/export"

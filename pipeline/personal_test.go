@@ -11,6 +11,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumikotest"
+	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // people declares personal data: a person's name is theirs, their email
@@ -173,6 +174,13 @@ func TestPersonalDataThroughTheExecutor(t *testing.T) {
 	require.Equal(t, map[string]any{"customer": customer, "note": nil}, n)
 	require.Equal(t, "Bob Byron", row(t, query(t, app, alice, "person.detail", fmt.Sprintf(`{"id":%q}`, bob["id"])))["name"])
 	require.Equal(t, `person.created v1 {"name":null}; `, exported(id), "forgotten: nulls, no rows")
+
+	// A rebuild of the projection after the forgets equals the live table.
+	live := queryString(t, app, "SELECT string_agg(id::text || '=' || COALESCE(name, 'NULL'), ',' ORDER BY id) FROM person_names")
+	_, err = app.Executor.RebuildProjection(ctx, "person_names", pipeline.RebuildOptions{})
+	require.NoError(t, err)
+	require.Equal(t, live, queryString(t, app, "SELECT string_agg(id::text || '=' || COALESCE(name, 'NULL'), ',' ORDER BY id) FROM person_names"))
+	require.Contains(t, live, id+"=NULL")
 
 	// The fold (from the snapshot and without it) equals the forgotten row.
 	snap, after, err := app.Store.LoadWithSnapshot(ctx, tenantA, uuid.MustParse(id), 1, eventstore.LoadOptions{})
