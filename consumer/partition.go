@@ -274,8 +274,8 @@ func (e *Dispatcher) prefetch(ctx context.Context, c Consumer, cursor int64, n i
 	}
 	defer conn.Release()
 	w, ok, publish := r.get(cursor, since)
-	if ok || publish == nil {
-		found(w, ok)
+	if ok {
+		found(w, true)
 		return
 	}
 	done := false

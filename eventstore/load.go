@@ -171,29 +171,26 @@ func nilIfEmpty(s []string) []string {
 func (s *Store) scanEvents(ctx context.Context, rows pgx.Rows) ([]Event, error) {
 	defer rows.Close()
 	var evs []Event
-	var payload, meta, personal, keys []byte
+	var raw eventRow
 	for rows.Next() {
 		if len(evs) == cap(evs) {
 			evs = slices.Grow(evs, max(len(evs), 16)) // double: long streams copy less
 		}
 		evs = evs[:len(evs)+1]
 		e := &evs[len(evs)-1]
-		// The JSON columns scan as bytes: a json.RawMessage destination would
-		// have pgx validate each payload with encoding/json.
-		if err := rows.Scan(&e.ID, (*[16]byte)(&e.AggregateID), &e.AggregateType, (*[16]byte)(&e.TenantID), &e.Version, &e.Type,
-			&e.StoredEventVersion, &payload, &meta, &e.CreatedAt, &e.CreatedBy, &personal, &keys); err != nil {
+		if err := rows.Scan(raw.dest(e)...); err != nil {
 			return nil, err
 		}
-		e.StoredPayload = json.RawMessage(payload)
-		payload = nil
-		if personal != nil {
-			opened, err := s.openSealed(ctx, e.StoredPayload, personal, keys, eventPlace(e.TenantID, e.AggregateID, e.Version, e.Type))
+		e.StoredPayload = json.RawMessage(raw.payload)
+		raw.payload = nil
+		if raw.personal != nil {
+			opened, err := s.openSealed(ctx, e.StoredPayload, raw.personal, raw.keys, eventPlace(e.TenantID, e.AggregateID, e.Version, e.Type))
 			if err != nil {
 				return nil, fmt.Errorf("event %d personal fields: %w", e.ID, err)
 			}
 			e.StoredPayload = opened
 		}
-		if err := decodeMetadata(meta, &e.Metadata); err != nil {
+		if err := decodeMetadata(raw.meta, &e.Metadata); err != nil {
 			return nil, fmt.Errorf("event %d metadata: %w", e.ID, err)
 		}
 		if err := s.upcast(e); err != nil {
@@ -201,6 +198,20 @@ func (s *Store) scanEvents(ctx context.Context, rows pgx.Rows) ([]Event, error) 
 		}
 	}
 	return evs, rows.Err()
+}
+
+// eventRow holds the columns of an event row (eventColumns) that are not
+// scanned into the Event itself. The JSON columns scan as bytes: a
+// json.RawMessage destination would have pgx validate each payload with
+// encoding/json.
+type eventRow struct {
+	payload, meta, personal, keys []byte
+}
+
+// dest is the scan destinations of an event row into e and r.
+func (r *eventRow) dest(e *Event) []any {
+	return []any{&e.ID, (*[16]byte)(&e.AggregateID), &e.AggregateType, (*[16]byte)(&e.TenantID), &e.Version, &e.Type,
+		&e.StoredEventVersion, &r.payload, &r.meta, &e.CreatedAt, &e.CreatedBy, &r.personal, &r.keys}
 }
 
 // upcast sets the event's current version and payload from its stored form.

@@ -182,6 +182,9 @@ func newDataKey(ctx context.Context, p KeyProvider) ([]byte, error) {
 // appended events carry — and a.personal the sealed fields of each event.
 func (s *Store) sealBatch(ctx context.Context, q querier, batch []StreamAppend, a *batchArgs) error {
 	a.stored, a.personal = a.payloads, make([]*string, len(a.payloads))
+	if !hasPersonal(batch) {
+		return nil // the common append: nothing more to work out
+	}
 	// The subjects of each tenant, and each event's fields by subject.
 	subjects := map[uuid.UUID][]string{}
 	fields := make([]map[string]string, len(a.payloads))
@@ -202,9 +205,6 @@ func (s *Store) sealBatch(ctx context.Context, q querier, batch []StreamAppend, 
 			}
 			k++
 		}
-	}
-	if len(subjects) == 0 {
-		return nil
 	}
 	if s.cfg.Keys == nil {
 		return ErrNoDataKey
@@ -491,22 +491,21 @@ func (s *Store) SubjectEvents(ctx context.Context, tenant uuid.UUID, subject str
 			return nil, TranslateError(fmt.Errorf("subject events: %w", err))
 		}
 		var (
-			e                                Event
-			payload, meta, personal, keysRaw []byte
-			n                                int
+			e   Event
+			raw eventRow
+			n   int
 		)
-		_, err = pgx.ForEachRow(rows, []any{&e.ID, (*[16]byte)(&e.AggregateID), &e.AggregateType, (*[16]byte)(&e.TenantID), &e.Version, &e.Type,
-			&e.StoredEventVersion, &payload, &meta, &e.CreatedAt, &e.CreatedBy, &personal, &keysRaw}, func() error {
+		_, err = pgx.ForEachRow(rows, raw.dest(&e), func() error {
 			n, after = n+1, e.ID
 			var fields map[string]string
 			var obj map[string]json.RawMessage
-			if err := json.Unmarshal(personal, &fields); err != nil {
+			if err := json.Unmarshal(raw.personal, &fields); err != nil {
 				return err
 			}
-			if err := json.Unmarshal(payload, &obj); err != nil {
+			if err := json.Unmarshal(raw.payload, &obj); err != nil {
 				return err
 			}
-			keys, err := sealedKeys(keysRaw)
+			keys, err := sealedKeys(raw.keys)
 			if err != nil {
 				return err
 			}

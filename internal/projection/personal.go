@@ -29,37 +29,53 @@ func (t *Entity) SubjectOf(ctx context.Context, tx pgx.Tx, id, tenant uuid.UUID,
 	return *v, err
 }
 
+// subjectGroup is the personal fields of the entity that one subject field
+// names the subject of ("": the row's own id), with the condition that
+// selects the rows of a subject by it.
+type subjectGroup struct {
+	fields []string
+	where  string // on $1
+	arg    any    // $1
+}
+
+// subjectGroups are the entity's personal fields grouped by their subject
+// field, each with the rows of subject to act on, in subject field order.
+// Own-id fields are left out when subject is not an id: no row is its own.
+func (t *Entity) subjectGroups(subject string) []subjectGroup {
+	by := map[string][]string{}
+	for _, f := range t.fields {
+		if fs := t.specs[f]; fs.Personal {
+			by[fs.Subject] = append(by[fs.Subject], f)
+		}
+	}
+	var out []subjectGroup
+	for _, field := range slices.Sorted(maps.Keys(by)) {
+		g := subjectGroup{fields: by[field], where: t.cols[field] + "::text = $1", arg: subject}
+		if field == "" {
+			id, err := uuid.Parse(subject)
+			if err != nil {
+				continue
+			}
+			g.where, g.arg = "id = $1", [16]byte(id)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
 // Forget nulls, in tx, the personal fields of the entity's rows in tenant
 // that belong to subject: the fields of the row whose id is subject (those
 // declared Personal) and those declared PersonalOf a field that holds
 // subject. It returns how many rows it changed.
 func (t *Entity) Forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) (int64, error) {
-	bySubject := map[string][]string{} // subject field ("": the id) → columns
-	for _, f := range t.fields {
-		if fs := t.specs[f]; fs.Personal {
-			bySubject[fs.Subject] = append(bySubject[fs.Subject], t.cols[f])
-		}
-	}
 	var n int64
-	for _, field := range slices.Sorted(maps.Keys(bySubject)) {
-		cols := bySubject[field]
-		set := make([]string, len(cols))
-		for i, c := range cols {
-			set[i] = c + " = NULL"
+	for _, g := range t.subjectGroups(subject) {
+		set := make([]string, len(g.fields))
+		for i, f := range g.fields {
+			set[i] = t.cols[f] + " = NULL"
 		}
-		var where string
-		var arg any
-		if field == "" {
-			id, err := uuid.Parse(subject)
-			if err != nil {
-				continue // not an id: no row's own subject
-			}
-			where, arg = "id = $1", [16]byte(id)
-		} else {
-			where, arg = t.cols[field]+"::text = $1", subject
-		}
-		tag, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET %s WHERE %s AND tenant_id = $2", t.table, strings.Join(set, ", "), where),
-			arg, [16]byte(tenant))
+		tag, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET %s WHERE %s AND tenant_id = $2", t.table, strings.Join(set, ", "), g.where),
+			g.arg, [16]byte(tenant))
 		if err != nil {
 			return n, fmt.Errorf("forget %s in %s: %w", subject, t.e.Name(), err)
 		}
@@ -73,32 +89,14 @@ func (t *Entity) Forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subjec
 // whose id is subject, those declared PersonalOf a field holding subject.
 // A row without any is left out.
 func (t *Entity) SubjectRows(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) (map[uuid.UUID]map[string]any, error) {
-	bySubject := map[string][]string{} // subject field ("": the id) → fields
-	for _, f := range t.fields {
-		if fs := t.specs[f]; fs.Personal {
-			bySubject[fs.Subject] = append(bySubject[fs.Subject], f)
-		}
-	}
 	out := map[uuid.UUID]map[string]any{}
-	for _, field := range slices.Sorted(maps.Keys(bySubject)) {
-		fields := bySubject[field]
-		cols := make([]string, len(fields))
-		for i, f := range fields {
+	for _, g := range t.subjectGroups(subject) {
+		cols := make([]string, len(g.fields))
+		for i, f := range g.fields {
 			cols[i] = "to_jsonb(" + t.cols[f] + ")"
 		}
-		var where string
-		var arg any
-		if field == "" {
-			id, err := uuid.Parse(subject)
-			if err != nil {
-				continue
-			}
-			where, arg = "id = $1", [16]byte(id)
-		} else {
-			where, arg = t.cols[field]+"::text = $1", subject
-		}
 		rows, err := tx.Query(ctx, fmt.Sprintf("SELECT id, jsonb_build_array(%s) FROM %s WHERE %s AND tenant_id = $2 ORDER BY id",
-			strings.Join(cols, ", "), t.table, where), arg, [16]byte(tenant))
+			strings.Join(cols, ", "), t.table, g.where), g.arg, [16]byte(tenant))
 		if err != nil {
 			return nil, fmt.Errorf("export %s from %s: %w", subject, t.e.Name(), err)
 		}
@@ -107,16 +105,14 @@ func (t *Entity) SubjectRows(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, s
 			values []any
 		)
 		if _, err := pgx.ForEachRow(rows, []any{&id, &values}, func() error {
-			row := out[uuid.UUID(id)]
-			for i, f := range fields {
+			for i, f := range g.fields {
 				if values[i] == nil {
 					continue
 				}
-				if row == nil {
-					row = map[string]any{}
-					out[uuid.UUID(id)] = row
+				if out[uuid.UUID(id)] == nil {
+					out[uuid.UUID(id)] = map[string]any{}
 				}
-				row[f] = values[i]
+				out[uuid.UUID(id)][f] = values[i]
 			}
 			return nil
 		}); err != nil {
