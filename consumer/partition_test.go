@@ -255,6 +255,19 @@ func TestPoisonEventParksOnlyItsStream(t *testing.T) {
 	require.Equal(t, consumer.PartitionInstance(consumer.PartitionOf(poison.String(), 4)), parked[0].Shard)
 	require.Contains(t, parked[0].LastError, "poison")
 	require.Equal(t, 2, parked[0].Attempts)
+	// A partition without events of its own moves its cursor at its next
+	// poll: until then it reads as catching_up.
+	require.Eventually(t, func() bool {
+		for _, s := range shardsOf(t, ops, "parking") {
+			if s.Status == consumer.StatusDead {
+				return true // reported below
+			}
+			if s.Status != consumer.StatusIdle {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond)
 	for _, s := range shardsOf(t, ops, "parking") {
 		require.Equal(t, consumer.StatusIdle, s.Status, "no shard is dead")
 	}
