@@ -342,6 +342,34 @@ func (s *Store) ForgetSubjectTx(ctx context.Context, tx pgx.Tx, tenant uuid.UUID
 	return tag.RowsAffected() > 0, nil
 }
 
+// RequestKey names a request by what its events record of it
+// (Metadata.UserID, Metadata.IdempotencyKey): the key of its cached
+// idempotent response.
+type RequestKey struct {
+	UserID string
+	Key    string
+}
+
+// SubjectRequestsTx returns the requests with an idempotency key whose
+// events in tenant hold sealed fields of subject: the requests whose cached
+// responses may hold the subject's personal data. It reads the events'
+// metadata and subjects, which stay after a forget, so it answers the same
+// before and after ForgetSubjectTx.
+func (s *Store) SubjectRequestsTx(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) ([]RequestKey, error) {
+	rows, err := tx.Query(ctx, s.sql.subjectRequests, tenant, subject)
+	if err != nil {
+		return nil, TranslateError(fmt.Errorf("subject requests: %w", err))
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RequestKey, error) {
+		var k RequestKey
+		return k, row.Scan(&k.UserID, &k.Key)
+	})
+	if err != nil {
+		return nil, TranslateError(fmt.Errorf("subject requests: %w", err))
+	}
+	return keys, nil
+}
+
 // CheckKeys makes sure the configured key-encryption key opens what the
 // database holds: every KEK that wrapped a data key has a check row (a
 // data key it wrapped), and each must unwrap. It records the current KEK's

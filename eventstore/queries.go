@@ -24,6 +24,7 @@ type queries struct {
 	subjectKeys, forgetSubject, keyChecks, addKeyCheck string
 	staleKeys, rewrapKey, dropKeyChecks                string
 	subjectEvents                                      string
+	subjectRequests                                    string
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by, ` +
@@ -126,6 +127,10 @@ SELECT k.subject, k.kek_id, k.wrapped FROM {keys} k JOIN offered o USING (subjec
 		subjectEvents: r.Replace(`SELECT {cols} FROM {events}
 WHERE tenant_id = $1 AND personal IS NOT NULL AND {subjectsOf}(personal) @> ARRAY[$2::text] AND id > $3
 ORDER BY id LIMIT $4`),
+		// The requests (user, idempotency key) whose events of tenant $1
+		// hold sealed fields of subject $2.
+		subjectRequests: r.Replace(`SELECT DISTINCT coalesce(metadata->>'userId', ''), metadata->>'idempotencyKey' FROM {events}
+WHERE tenant_id = $1 AND personal IS NOT NULL AND {subjectsOf}(personal) @> ARRAY[$2::text] AND metadata ? 'idempotencyKey'`),
 		forgetSubject: r.Replace(`DELETE FROM {keys} WHERE tenant_id = $1 AND subject = $2`),
 		keyChecks:     r.Replace(`SELECT kek_id, wrapped FROM {keyChecks} ORDER BY kek_id`),
 		// A page of data keys wrapped by another KEK than $1, locked so

@@ -172,6 +172,14 @@ type SnapshotSpec struct {
 	State any
 	// SnapshotVersion is the reducer generation (0 = 1).
 	SnapshotVersion int
+	// Personal names State's fields (top-level JSON names) that hold
+	// personal data, each with the id of its data subject ("" = the
+	// aggregate's own id): they are sealed like the personal fields of
+	// events and read as null once the subject is forgotten. An entity's
+	// snapshot seals the entity's personal fields itself; for other
+	// aggregates, name every field of State that copies a personal value of
+	// its events, or it is stored in plain text.
+	Personal map[string]string
 }
 
 // ProjectionQuery reads a projection table. The tenant filter is added by the

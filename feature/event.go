@@ -75,8 +75,10 @@ func Personal(fields ...string) EventOption {
 
 // SubjectField names the payload field (its JSON name, at the top level)
 // holding the id of the data subject the event's [Personal] fields belong
-// to. Without it the subject is the event's stream: its aggregate id. The
-// registry refuses SubjectField without Personal, a name that is not a
+// to. Without it the subject of a domain event is the event's stream: its
+// aggregate id; an integration event with Personal fields must name it (a
+// message is a stream of its own). The registry refuses SubjectField
+// without Personal, a name that is not a
 // top-level field of the payload and a name that is itself one of the
 // personal fields. It is an option of [Registrar.DefineEvent] and
 // [Registrar.IntegrationEvent].

@@ -88,3 +88,16 @@ type Store interface {
 	// the write transaction keeps still stops a second apply.
 	Release(ctx context.Context, key Key, fingerprint string) error
 }
+
+// Remover is a Store that can remove completed records before their TTL.
+// When a data subject is forgotten (docs/personal-data.md), the kumiko
+// facade removes the records of the requests that wrote the subject's
+// personal data from a store that is a Remover; a store that is not keeps
+// them until its TTL. Both bundled stores are Removers.
+type Remover interface {
+	// Remove deletes the completed records of keys, so a retry with one of
+	// them is answered by the write transaction's own record (409
+	// already_applied) instead of a replay. A key without a completed
+	// record — none, or a claim in progress — is left as it is.
+	Remove(ctx context.Context, keys ...Key) error
+}

@@ -60,7 +60,10 @@ type memoryRecord struct {
 	expires     time.Time
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store   = (*MemoryStore)(nil)
+	_ Remover = (*MemoryStore)(nil)
+)
 
 // NewMemoryStore returns an empty store. It panics when a duration of cfg
 // is negative.
@@ -118,6 +121,19 @@ func (s *MemoryStore) Release(_ context.Context, key Key, fingerprint string) er
 	now := s.sweep()
 	if rec := s.live(key, now); rec != nil && !rec.done && rec.fingerprint == fingerprint {
 		delete(s.records, key)
+	}
+	return nil
+}
+
+// Remove implements Remover.
+func (s *MemoryStore) Remove(_ context.Context, keys ...Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.sweep()
+	for _, key := range keys {
+		if rec := s.live(key, now); rec != nil && rec.done {
+			delete(s.records, key)
+		}
 	}
 	return nil
 }

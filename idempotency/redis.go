@@ -84,13 +84,17 @@ func validateTTLs(name string, ttl, lockTTL time.Duration) error {
 // The value is JSON: {"state":"pending"|"done","fingerprint":…,"response":…}
 // with the fingerprint base64-encoded (std, padded), so any byte string
 // survives JSON and compares exactly.
-// Claim, Complete and Release are each one atomic Lua script.
+// Claim, Complete, Release and each key's Remove are one atomic Lua
+// script.
 type RedisStore struct {
 	client redis.UniversalClient
 	cfg    RedisConfig
 }
 
-var _ Store = (*RedisStore)(nil)
+var (
+	_ Store   = (*RedisStore)(nil)
+	_ Remover = (*RedisStore)(nil)
+)
 
 // NewRedisStore returns a store on client, which the caller owns and closes.
 // It does not touch the server. It panics when client is nil or a duration
@@ -144,6 +148,17 @@ end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1`)
 
+	// removeScript deletes the key when it holds a completed record;
+	// returns 1 when it deleted.
+	removeScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+if cjson.decode(v).state == 'done' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0`)
+
 	// releaseScript deletes the key only when it is a pending claim of the
 	// fingerprint; returns 1 when it deleted.
 	releaseScript = redis.NewScript(`
@@ -156,6 +171,20 @@ if r.fingerprint == ARGV[1] and r.state == 'pending' then
 end
 return 0`)
 )
+
+// Remove implements Remover: one script per key, each a GET and, when
+// the record is completed, a DEL.
+func (s *RedisStore) Remove(ctx context.Context, keys ...Key) error {
+	for _, k := range keys {
+		_, err := bounded(ctx, s.cfg.Timeout, func(ctx context.Context) (any, error) {
+			return nil, removeScript.Run(ctx, s.client, []string{s.key(k)}).Err()
+		})
+		if err != nil {
+			return backendError(ctx, "remove", err)
+		}
+	}
+	return nil
+}
 
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, key Key, fingerprint string) (*Response, error) {

@@ -12,8 +12,9 @@ import (
 
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/feature"
-
 	"github.com/kumiko-go/kumiko/kumikotype"
+	"github.com/kumiko-go/kumiko/pipeline"
+	"github.com/kumiko-go/kumiko/registry"
 )
 
 // ErrDeadNotFound is returned (wrapped) when no dead message matches; its
@@ -140,4 +141,35 @@ func (s *Service) hasHandler(typ, name string) bool {
 		}
 	}
 	return false
+}
+
+// forgetDead is the pipeline.ForgetStep that nulls a forgotten subject's
+// personal fields in the dead messages the in-process transport keeps; nil
+// when no contract of reg has personal fields.
+func forgetDead(reg *registry.Registry, sql queries) pipeline.ForgetStep {
+	type contract struct {
+		Subject string         `json:"subject"`
+		Nulls   map[string]any `json:"nulls"`
+	}
+	byType := map[string]contract{}
+	for _, c := range reg.Contracts() {
+		for field, subject := range c.Personal {
+			ct, ok := byType[c.Name]
+			if !ok {
+				ct = contract{Subject: subject, Nulls: map[string]any{}}
+			}
+			ct.Nulls[field] = nil
+			byType[c.Name] = ct
+		}
+	}
+	if len(byType) == 0 {
+		return nil
+	}
+	arg, _ := json.Marshal(byType)
+	return func(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) error {
+		if _, err := tx.Exec(ctx, sql.forgetDead, tenant, arg, subject); err != nil {
+			return fmt.Errorf("forget the subject's dead messages: %w", err)
+		}
+		return nil
+	}
 }

@@ -136,6 +136,9 @@ func New(exec *pipeline.Executor, store *eventstore.Store, cfg Config) (*Service
 	for _, h := range exec.Registry().IntegrationHandlers() {
 		s.handlers[h.Event] = append(s.handlers[h.Event], h)
 	}
+	if forget := forgetDead(exec.Registry(), s.sql); forget != nil {
+		exec.OnForget(forget)
+	}
 	return s, nil
 }
 

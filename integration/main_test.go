@@ -143,6 +143,14 @@ correlation_id text, causation_id text, scope text, seq bigserial, PRIMARY KEY (
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff = 1 // a nanosecond: the retries' count matters here, not their pace
 	}
+	svc, d := withRelay(t, app, cfg)
+	return &env{App: app, shop: s, svc: svc, events: d}
+}
+
+// withRelay is app's integration service with cfg and a dispatcher holding
+// only its relay, registered, not started: the test catches the relay up.
+func withRelay(t *testing.T, app *kumikotest.App, cfg integration.Config) (*integration.Service, *consumer.Dispatcher) {
+	t.Helper()
 	svc, err := integration.New(app.Executor, app.Store, cfg)
 	require.NoError(t, err)
 	relay, ok := svc.Relay()
@@ -150,7 +158,7 @@ correlation_id text, causation_id text, scope text, seq bigserial, PRIMARY KEY (
 	d, err := consumer.New(app.Store, consumer.Config{InstanceID: "test"}, relay)
 	require.NoError(t, err)
 	require.NoError(t, d.Register(ctx))
-	return &env{App: app, shop: s, svc: svc, events: d}
+	return svc, d
 }
 
 func (e *env) ship(t *testing.T, c pipeline.Caller, in ShipOrder) error {

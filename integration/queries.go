@@ -19,6 +19,8 @@ type queries struct {
 	sweepInbox string
 	// Dead messages.
 	putDead, listDead, getDead, dropDead string
+	// forgetDead nulls the personal fields of the subject's dead messages.
+	forgetDead string
 	// The broker bindings of the app's queue.
 	bindings, clearBindings, addBinding string
 }
@@ -43,7 +45,13 @@ ON CONFLICT (message_id, handler) DO UPDATE SET attempts = {dead}.attempts + EXC
 FROM {dead} ORDER BY dead_at, message_id, handler LIMIT $1`),
 		getDead: r.Replace(`SELECT message_id, handler, type, tenant_id, message, attempts, last_error, dead_at
 FROM {dead} WHERE message_id = $1 AND ($2 = '' OR handler = $2) ORDER BY handler`),
-		dropDead:      r.Replace(`DELETE FROM {dead} WHERE message_id = $1 AND ($2 = '' OR handler = $2)`),
+		dropDead: r.Replace(`DELETE FROM {dead} WHERE message_id = $1 AND ($2 = '' OR handler = $2)`),
+		// $2 maps each contract with personal fields to its subject field
+		// and its personal fields as nulls: {"type": {"subject": "customerId",
+		// "nulls": {"email": null}}}; $3 is the subject of tenant $1.
+		forgetDead: r.Replace(`UPDATE {dead} d SET message = jsonb_set(d.message, '{payload}', (d.message->'payload') || (c.value->'nulls'))
+FROM jsonb_each($2::jsonb) c
+WHERE d.tenant_id = $1 AND d.type = c.key AND d.message->'payload'->>(c.value->>'subject') = $3`),
 		bindings:      r.Replace(`SELECT type FROM {bindings} WHERE queue = $1 AND exchange = $2 ORDER BY type`),
 		clearBindings: r.Replace(`DELETE FROM {bindings} WHERE queue = $1 AND exchange = $2`),
 		addBinding:    r.Replace(`INSERT INTO {bindings} (queue, exchange, type) SELECT $1, $2, unnest($3::text[])`),

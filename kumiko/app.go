@@ -25,14 +25,16 @@ import (
 	"github.com/kumiko-go/kumiko/idempotency"
 	"github.com/kumiko-go/kumiko/integration"
 	"github.com/kumiko-go/kumiko/internal/migrations"
+	"github.com/kumiko-go/kumiko/internal/ops"
 	"github.com/kumiko-go/kumiko/internal/pguuid"
 	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// Parts are the wired components of an App, for tools and tests. HTTP and
-// Idempotency are nil in a worker.
+// Parts are the wired components of an App, for tools and tests. HTTP is
+// nil in a worker, and Idempotency in a worker without RedisURL (a worker
+// uses it only to remove the records of a forgotten data subject).
 type Parts struct {
 	Config      Config
 	Pool        *pgxpool.Pool
@@ -171,6 +173,9 @@ func (a *App) wire() error {
 	if p.Executor, err = pipeline.New(p.Registry, p.Store, pc); err != nil {
 		return err
 	}
+	if err := a.wireIdempotency(); err != nil {
+		return err
+	}
 	if defs := p.Executor.JobDefinitions(); len(defs) > 0 {
 		jc := cfg.jobsConfig()
 		jc.Metrics = p.Metrics
@@ -206,13 +211,14 @@ func (a *App) wire() error {
 	return err
 }
 
-// wireHTTP builds the idempotency store and the HTTP server.
-func (a *App) wireHTTP() error {
+// wireIdempotency builds the idempotency store — Redis with RedisURL, else
+// in this process for a server and none for a worker — and has every
+// forget of a data subject remove the records of the requests that wrote
+// its personal data.
+func (a *App) wireIdempotency() error {
 	p, cfg := &a.parts, a.parts.Config
-	if cfg.RedisURL == "" {
-		cfg.Logger.Info("kumiko: no REDIS_URL; idempotency records live in this process only")
-		p.Idempotency = idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	} else {
+	switch {
+	case cfg.RedisURL != "":
 		opts, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil {
 			return fmt.Errorf("Config.RedisURL: %w", err)
@@ -222,7 +228,21 @@ func (a *App) wireHTTP() error {
 		opts.ContextTimeoutEnabled = true
 		a.redis = redis.NewClient(opts)
 		p.Idempotency = idempotency.NewRedisStore(a.redis, cfg.redisConfig())
+	case a.withHTTP:
+		cfg.Logger.Info("kumiko: no REDIS_URL; idempotency records live in this process only")
+		p.Idempotency = idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	default:
+		return nil
 	}
+	if r, ok := p.Idempotency.(idempotency.Remover); ok {
+		p.Executor.OnForget(ops.ForgetRecords(p.Store, r, cfg.Logger))
+	}
+	return nil
+}
+
+// wireHTTP builds the HTTP server on the idempotency store.
+func (a *App) wireHTTP() error {
+	p, cfg := &a.parts, a.parts.Config
 	hc := cfg.httpConfig()
 	hc.Idempotency, hc.Metrics, hc.Gatherer, hc.Ready = p.Idempotency, p.Metrics, p.Metrics, p.Pool.Ping
 	var err error

@@ -89,7 +89,7 @@ func (c Config) settings() ops.Settings {
 		Name: c.Name, DatabaseURL: c.DatabaseURL, Schema: c.Schema,
 		JWTSecret: c.JWTSecret, KeySet: c.JWKSURL != "" || c.OIDCIssuer != "", JWTIssuer: c.JWTIssuer, JWTAudience: c.JWTAudience,
 		AdminRole: c.AdminRole, OperatorRole: c.OperatorRole, RabbitMQURL: c.RabbitMQURL,
-		DataKey: c.DataKey, DataKeys: c.DataKeys,
+		RedisURL: c.RedisURL, DataKey: c.DataKey, DataKeys: c.DataKeys,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: c.Logger,
 	}
 }

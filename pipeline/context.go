@@ -147,7 +147,7 @@ func (cc *commandContext) SnapshotAggregate(spec feature.SnapshotSpec) error {
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", spec.AggregateID, err)
 	}
-	var personal map[string]string
+	personal := spec.Personal
 	if t != nil {
 		// An entity's state holds its personal fields: sealed as its
 		// events' are.

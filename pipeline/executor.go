@@ -97,6 +97,8 @@ type Executor struct {
 	known eventstore.KnownVersions
 	// jobs runs the registry's jobs; nil when there are none.
 	jobs *jobs.Runner
+	// forgetSteps run in every forget's transaction (OnForget).
+	forgetSteps []ForgetStep
 }
 
 // New returns an executor for the registry's features on store. The store

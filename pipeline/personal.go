@@ -26,16 +26,23 @@ import (
 // A personal value whose subject is empty is refused: it could not be
 // forgotten.
 func (d *Executor) personalOf(ctx context.Context, tx pgx.Tx, et registry.EventType, stream eventstore.Stream, payload json.RawMessage, fields map[string]any) (map[string]string, error) {
-	if len(et.Personal) == 0 {
+	return d.personalFields(ctx, tx, et.Name, et.Entity, et.Personal, stream, payload, fields)
+}
+
+// personalFields is personalOf of an event named name with the personal
+// fields decl (registry.EventType.Personal, registry.Contract.Personal) of
+// entity ("" when none).
+func (d *Executor) personalFields(ctx context.Context, tx pgx.Tx, name, entity string, decl map[string]string, stream eventstore.Stream, payload json.RawMessage, fields map[string]any) (map[string]string, error) {
+	if len(decl) == 0 {
 		return nil, nil
 	}
 	if fields == nil {
 		if err := json.Unmarshal(payload, &fields); err != nil {
-			return nil, fmt.Errorf("personal fields of %s: %w", et.Name, err)
+			return nil, fmt.Errorf("personal fields of %s: %w", name, err)
 		}
 	}
 	out := map[string]string{}
-	for field, subjectField := range et.Personal {
+	for field, subjectField := range decl {
 		if fields[field] == nil {
 			continue
 		}
@@ -44,9 +51,9 @@ func (d *Executor) personalOf(ctx context.Context, tx pgx.Tx, et registry.EventT
 			continue
 		}
 		subject := subjectText(fields[subjectField])
-		if _, given := fields[subjectField]; !given && et.Entity != "" && stream.AggregateID != uuid.Nil {
+		if _, given := fields[subjectField]; !given && entity != "" && stream.AggregateID != uuid.Nil {
 			var err error
-			if subject, err = d.proj.Entity(et.Entity).SubjectOf(ctx, tx, stream.AggregateID, stream.TenantID, subjectField); err != nil {
+			if subject, err = d.proj.Entity(entity).SubjectOf(ctx, tx, stream.AggregateID, stream.TenantID, subjectField); err != nil {
 				return nil, err
 			}
 		}
@@ -153,8 +160,30 @@ func (d *Executor) forget(ctx context.Context, tx pgx.Tx, c *Caller, tenant uuid
 	if err != nil {
 		return err
 	}
-	return d.proj.ApplyEverywhere(ctx, tx, ev)
+	if err := d.proj.ApplyEverywhere(ctx, tx, ev); err != nil {
+		return err
+	}
+	for _, step := range d.forgetSteps {
+		if err := step(ctx, tx, tenant, subject); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// ForgetStep is work of another part of the app that every forget of a
+// data subject does in its transaction (see Executor.OnForget): it removes
+// or nulls what that part keeps of the subject's personal data. A step
+// that has work for after the commit gives it to eventstore.TxOf(tx)'s
+// AfterCommit. An error fails the forget.
+type ForgetStep func(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) error
+
+// OnForget adds step to every forget of a data subject
+// (Executor.ForgetSubject, CommandContext.ForgetSubject): it runs in the
+// forget's transaction, after the data key is deleted, the entity rows are
+// nulled and the tombstone is applied. Call it before the executor serves;
+// package integration and the kumiko facade add theirs.
+func (d *Executor) OnForget(step ForgetStep) { d.forgetSteps = append(d.forgetSteps, step) }
 
 func (cc *commandContext) ForgetSubject(subject string) error {
 	return cc.d.forget(cc.ctx, cc.tx, cc.c, cc.Tenant(), subject)

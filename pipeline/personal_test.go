@@ -1,11 +1,14 @@
 package pipeline_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumiko-go/kumiko/eventstore"
@@ -191,4 +194,111 @@ func TestPersonalDataThroughTheExecutor(t *testing.T) {
 	require.NoError(t, json.Unmarshal(snap.State, &state))
 	require.Nil(t, state["name"])
 	require.Nil(t, state["email"])
+}
+
+// Steps added with OnForget run in the forget's transaction, after the key
+// is gone, with the forget's tenant and subject, whether the forget comes
+// from the executor or a command; their after-commit work runs only once it
+// committed, and a failing step fails the forget: the key stays.
+func TestForgetSteps(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{people})
+	keyed := alice
+	keyed.IdempotencyKey, keyed.RequestHash = "create-ada", "h"
+	ada := write(t, app, keyed, "person.create", `{"name":"Ada Lovelace","plan":"gold"}`)["id"].(string)
+	bob := write(t, app, alice, "person.create", `{"name":"Bob Byron","plan":"gold"}`)["id"].(string)
+	type call struct {
+		tenant      uuid.UUID
+		subject     string
+		keysLeft    int
+		committed   bool
+		requestKeys []eventstore.RequestKey
+	}
+	var calls []*call
+	fail := false
+	app.Executor.OnForget(func(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) error {
+		c := &call{tenant: tenant, subject: subject}
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM kumiko_subject_keys WHERE tenant_id = $1 AND subject = $2`, tenant, subject).Scan(&c.keysLeft))
+		var err error
+		c.requestKeys, err = app.Store.SubjectRequestsTx(ctx, tx, tenant, subject)
+		require.NoError(t, err)
+		eventstore.TxOf(tx).AfterCommit(func() { c.committed = true })
+		calls = append(calls, c)
+		if fail {
+			return errors.New("the other store is down")
+		}
+		return nil
+	})
+
+	fail = true
+	require.ErrorContains(t, app.Executor.ForgetSubject(ctx, tenantA, ada), "internal error")
+	require.Len(t, calls, 1)
+	require.False(t, calls[0].committed, "after-commit work of a rolled back forget never runs")
+	require.Equal(t, "Ada Lovelace", row(t, query(t, app, alice, "person.detail", fmt.Sprintf(`{"id":%q}`, ada)))["name"], "the key stays")
+
+	fail = false
+	require.NoError(t, app.Executor.ForgetSubject(ctx, tenantA, ada))
+	command(t, app, "person.forget", fmt.Sprintf(`{"subject":%q}`, bob))
+	require.Len(t, calls, 3)
+	for i, subject := range []string{ada, ada, bob} {
+		require.Equal(t, tenantA, calls[i].tenant)
+		require.Equal(t, subject, calls[i].subject)
+	}
+	for i, c := range calls {
+		require.Zero(t, c.keysLeft, "the step runs after the key is deleted")
+		require.Equal(t, i > 0, c.committed)
+	}
+	require.Equal(t, []eventstore.RequestKey{{UserID: alice.User.ID, Key: "create-ada"}}, calls[1].requestKeys,
+		"the keyed request that wrote Ada's data, found after her key is gone")
+	require.Empty(t, calls[2].requestKeys, "Bob was written without a key")
+}
+
+// accounts is an aggregate that is no entity, whose snapshots copy the
+// personal name of its events.
+var accounts = feature.Define("accounts", func(r *feature.Registrar) {
+	type opened struct {
+		Name string `json:"name"`
+	}
+	r.DefineEvent("account.opened", opened{}, feature.Personal("name"))
+	type open struct {
+		ID   uuid.UUID `json:"id"`
+		Name string    `json:"name"`
+	}
+	feature.HandleCommand(r, "account.open", feature.AnyUser(), func(ctx feature.CommandContext, in open) (any, error) {
+		if _, err := ctx.AppendEvent(feature.AppendSpec{AggregateID: in.ID, AggregateType: "account", Type: "account.opened",
+			Payload: opened{Name: in.Name}}); err != nil {
+			return nil, err
+		}
+		return nil, ctx.SnapshotAggregate(feature.SnapshotSpec{AggregateID: in.ID, AggregateType: "account", Version: 1,
+			State: map[string]any{"name": in.Name, "balance": 5}, Personal: map[string]string{"name": ""}})
+	})
+	type read struct {
+		ID uuid.UUID `json:"id"`
+	}
+	feature.HandleCommand(r, "account.read", feature.AnyUser(), func(ctx feature.CommandContext, in read) (any, error) {
+		snap, _, err := ctx.LoadAggregateWithSnapshot(in.ID, "account", 0)
+		return snap.State, err
+	})
+})
+
+// A snapshot of an aggregate that is no entity seals the fields its
+// SnapshotSpec names as personal: stored sealed, read open, null once the
+// subject is forgotten.
+func TestPersonalFieldsOfAnotherAggregatesSnapshot(t *testing.T) {
+	t.Parallel()
+	app := kumikotest.NewApp(t, []*feature.Feature{accounts})
+	id := uuid.New()
+	command(t, app, "account.open", fmt.Sprintf(`{"id":%q,"name":"Ada Lovelace"}`, id))
+	require.Equal(t, 1, app.Count(t, "SELECT count(*) FROM kumiko_snapshots WHERE aggregate_id = $1 AND personal IS NOT NULL", id))
+	require.NotContains(t, stored(t, app), "Ada Lovelace")
+	read := func() string {
+		out, err := app.Executor.Command(ctx, alice, req("account.read", fmt.Sprintf(`{"id":%q}`, id)))
+		require.NoError(t, err)
+		raw, err := json.Marshal(out)
+		require.NoError(t, err)
+		return string(raw)
+	}
+	require.JSONEq(t, `{"name":"Ada Lovelace","balance":5}`, read())
+	require.NoError(t, app.Executor.ForgetSubject(ctx, tenantA, id.String()))
+	require.JSONEq(t, `{"name":null,"balance":5}`, read())
 }

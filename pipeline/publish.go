@@ -31,7 +31,9 @@ const MessageKeyHeader = "kumiko-key"
 
 // Publish appends an integration event to the transaction of the context,
 // as a stream of its own in the caller's tenant; it leaves the app only if
-// that transaction commits. The message's headers carry the trace context
+// that transaction commits. The contract's personal fields are sealed like
+// an event's: the relay sends them open while their subject's key exists,
+// as null once the subject is forgotten. The message's headers carry the trace context
 // of the publishing span, so the relay's and the handlers' spans continue
 // its trace.
 func (cc *commandContext) Publish(event string, payload any) error {
@@ -63,10 +65,13 @@ func (cc *commandContext) Publish(event string, payload any) error {
 		}
 		headers[MessageKeyHeader] = key
 	}
-	res, err := cc.d.store.AppendTx(cc.ctx, cc.tx, eventstore.Stream{
-		TenantID: cc.c.User.TenantID, AggregateType: MessageStream, AggregateID: id,
-	}, 0, eventstore.NewEvent{
-		Type: event, EventVersion: c.Version, Payload: raw,
+	stream := eventstore.Stream{TenantID: cc.c.User.TenantID, AggregateType: MessageStream, AggregateID: id}
+	personal, err := cc.d.personalFields(cc.ctx, cc.tx, event, "", c.Personal, stream, raw, nil)
+	if err != nil {
+		return err
+	}
+	res, err := cc.d.store.AppendTx(cc.ctx, cc.tx, stream, 0, eventstore.NewEvent{
+		Type: event, EventVersion: c.Version, Payload: raw, Personal: personal,
 		Metadata: eventstore.Metadata{
 			UserID: cc.c.User.ID, RequestID: cc.c.RequestID, CorrelationID: cc.c.CorrelationID,
 			CausationID: cc.causation, IdempotencyKey: cc.c.IdempotencyKey, Headers: headers,

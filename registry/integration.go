@@ -31,9 +31,8 @@ type Contract struct {
 	Key string
 	// Personal maps each personal payload field (top-level JSON name,
 	// feature.Personal) to the payload field holding its data subject's id
-	// (feature.SubjectField); "" means the aggregate id of the stream the
-	// message is published from. Nil when the contract carries no personal
-	// data.
+	// (feature.SubjectField, which a contract with personal fields must
+	// name). Nil when the contract carries no personal data.
 	Personal map[string]string
 }
 
@@ -124,6 +123,10 @@ func (b *builder) contract(feat string, def spec.Event) {
 	}
 	p, ok := b.payload(feat, item, def.Payload, "payload")
 	personal := b.eventPersonal(feat, item, RuleIntegration, def, p)
+	if len(def.Personal) > 0 && def.Subject == "" {
+		b.fail(feat, item, RuleIntegration, "Personal without SubjectField: a message is a stream of its own, "+
+			"so its personal fields need the payload field holding their subject's id")
+	}
 	if !ok {
 		return
 	}

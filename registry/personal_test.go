@@ -40,7 +40,7 @@ func bookingFeature(name string) *feature.Feature {
 		r.DefineEvent("booking.renamed", &bookingConfirmed{}, feature.Personal("email"))
 		r.DefineEvent("booking.extended", bookingConfirmed{})
 		r.IntegrationEvent("booking.exported", bookingConfirmed{}, feature.Personal("email"), feature.SubjectField("customerId"))
-		r.IntegrationEvent("booking.shared", bookingConfirmed{}, feature.Personal("phone"))
+		r.IntegrationEvent("booking.shared", bookingConfirmed{}, feature.Personal("phone"), feature.SubjectField("customerId"))
 	})
 }
 
@@ -96,7 +96,7 @@ func TestPersonalDataAccessors(t *testing.T) {
 	c, _ = reg.Contract("booking.exported")
 	require.Equal(t, map[string]string{"email": "customerId"}, c.Personal, "Contract returns a copy")
 	c, _ = reg.Contract("booking.shared")
-	require.Equal(t, map[string]string{"phone": ""}, c.Personal)
+	require.Equal(t, map[string]string{"phone": "customerId"}, c.Personal)
 }
 
 // A contract shared by two features must declare the same personal fields
@@ -183,16 +183,18 @@ func TestPersonalDataBootRules(t *testing.T) {
 			want{"shop", ev, registry.RuleDefinition, "SubjectField needs a field name"}},
 
 		// Integration events.
-		{"contract Personal of an unknown field", contract(feature.Personal("address")),
+		{"contract Personal of an unknown field", contract(feature.Personal("address"), feature.SubjectField("customerId")),
 			want{"shop", ct, registry.RuleIntegration, `Personal("address") names no top-level field of the payload`}},
-		{"contract Personal listed twice", contract(feature.Personal("email", "email")),
+		{"contract Personal listed twice", contract(feature.Personal("email", "email"), feature.SubjectField("customerId")),
 			want{"shop", ct, registry.RuleIntegration, `Personal lists field "email" twice`}},
-		{"contract Personal with an empty name", contract(feature.Personal("")),
+		{"contract Personal with an empty name", contract(feature.Personal(""), feature.SubjectField("customerId")),
 			want{"shop", ct, registry.RuleIntegration, "Personal has an empty field name"}},
 		{"contract SubjectField of an unknown field", contract(feature.Personal("email"), feature.SubjectField("ownerId")),
 			want{"shop", ct, registry.RuleIntegration, `SubjectField("ownerId") names no top-level field`}},
 		{"contract SubjectField without Personal", contract(feature.SubjectField("customerId")),
 			want{"shop", ct, registry.RuleIntegration, `SubjectField("customerId") without Personal`}},
+		{"contract Personal without SubjectField", contract(feature.Personal("email")),
+			want{"shop", ct, registry.RuleIntegration, `Personal without SubjectField: a message is a stream of its own`}},
 		{"contract SubjectField personal itself", contract(feature.Personal("customerId"), feature.SubjectField("customerId")),
 			want{"shop", ct, registry.RuleIntegration, `SubjectField("customerId") is one of the Personal fields`}},
 	}

@@ -42,7 +42,8 @@ const (
 	goroutines = 50
 )
 
-// Run runs the conformance suite against the stores newStore returns.
+// Run runs the conformance suite against the stores newStore returns. A
+// store that is an idempotency.Remover is checked as one too.
 func Run(t *testing.T, newStore Factory) {
 	t.Helper()
 	tests := []struct {
@@ -69,6 +70,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"CompleteOutlivesLockTTL", testCompleteOutlivesLockTTL},
 		{"ConcurrentClaimsHaveOneOwner", testConcurrentClaims},
 		{"ConcurrentClaimsOfTwoFingerprints", testConcurrentClaimsTwoFingerprints},
+		{"RemoveDeletesOnlyCompletedRecords", testRemove},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,6 +199,31 @@ func testReleaseKeepsCompleted(t *testing.T, newStore Factory) {
 	require.NoError(t, s.Release(ctx, key, "fp"))
 	require.NoError(t, s.Release(ctx, key, "fp-other"))
 	requireReplay(t, s, key, "fp", resp)
+}
+
+// testRemove checks idempotency.Remover, for stores that are one: the
+// completed records of the keys go, claims in progress and other keys
+// stay.
+func testRemove(t *testing.T, newStore Factory) {
+	s, ctx := newStore(t, long, long), t.Context()
+	r, ok := s.(idempotency.Remover)
+	if !ok {
+		return // the store keeps completed records until their TTL
+	}
+	done, pending, other, never := newKey(), newKey(), newKey(), newKey()
+	resp := idempotency.Response{Status: 201, Body: []byte(`{"name":"Ada"}`)}
+	for _, k := range []idempotency.Key{done, other} {
+		mustOwn(t, s, k, "fp")
+		require.NoError(t, s.Complete(ctx, k, "fp", resp))
+	}
+	mustOwn(t, s, pending, "fp")
+
+	require.NoError(t, r.Remove(ctx, done, pending, never))
+	mustOwn(t, s, done, "fp") // free again: the record is gone
+	requireClaimErr(t, s, pending, "fp", idempotency.ErrInProgress)
+	requireReplay(t, s, other, "fp", resp)
+	require.NoError(t, r.Remove(ctx))
+	require.NoError(t, r.Remove(ctx, never), "removing what is not there is no error")
 }
 
 func testCompleteOtherFingerprint(t *testing.T, newStore Factory) {

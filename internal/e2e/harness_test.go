@@ -419,6 +419,19 @@ type client struct {
 	hc    *http.Client
 	base  string
 	token string
+	// header is sent with every request.
+	header http.Header
+}
+
+// with returns a copy of c that sends header key with value too.
+func (c *client) with(key, value string) *client {
+	cp := *c
+	cp.header = c.header.Clone()
+	if cp.header == nil {
+		cp.header = http.Header{}
+	}
+	cp.header.Set(key, value)
+	return &cp
 }
 
 // as returns a client of srv for user in tenant with roles.
@@ -469,6 +482,9 @@ func (c *client) try(method, path string, body any) (*response, error) {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range c.header {
+		req.Header[k] = v
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)

@@ -48,6 +48,7 @@ type Settings struct {
 	AdminRole    string // the tenant admin role
 	OperatorRole string // the role that sees consumers, projections and metrics
 	RabbitMQURL  string // the integration events' broker; empty: in process
+	RedisURL     string // the idempotency store; subject forget removes the subject's records from it
 	DataKey      string // KUMIKO_DATA_KEY: the key-encryption key(s) of personal data
 	// DataKeys wraps personal data keys instead of DataKey (a KMS).
 	DataKeys        eventstore.KeyProvider
@@ -168,6 +169,7 @@ func (s Settings) fromEnv() Settings {
 	set(&s.Schema, "KUMIKO_SCHEMA", "public")
 	set(&s.JWTSecret, "KUMIKO_JWT_SECRET", "")
 	set(&s.RabbitMQURL, "RABBITMQ_URL", "")
+	set(&s.RedisURL, "REDIS_URL", "")
 	set(&s.DataKey, "KUMIKO_DATA_KEY", "")
 	set(&s.JWTIssuer, "KUMIKO_JWT_ISSUER", "")
 	set(&s.JWTAudience, "KUMIKO_JWT_AUDIENCE", "")

@@ -87,7 +87,9 @@ func (o *ops) forgetCmd() *cobra.Command {
 			"transaction: its data key is deleted, so its sealed personal values in events and snapshots read as null " +
 			"from then on, and the personal fields of the entity read rows that belong to it are set to null. The " +
 			"subject is the id its personal data names: an entity's own id for Personal fields, the value of the " +
-			"subject field for PersonalOf. It cannot be undone. It answers the same whether or not the subject had " +
+			"subject field for PersonalOf. With REDIS_URL set, the cached responses of the requests that wrote the " +
+			"subject's personal data are removed from the idempotency store after the commit (without it they expire " +
+			"after the store's TTL, 24 hours by default). It cannot be undone. It answers the same whether or not the subject had " +
 			"data, and forgetting it again changes nothing. Only the app's own binary can run it: it knows the read " +
 			"tables; cmd/kumiko refuses.",
 		Example: "  subject forget 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00 --tenant 01900000-0000-7000-8000-000000000001",
@@ -102,13 +104,18 @@ func (o *ops) forgetCmd() *cobra.Command {
 			}
 			subject := args[0] // the executor validates it
 			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
+				closeRedis, err := c.forgetRecords()
+				if err != nil {
+					return err
+				}
+				defer closeRedis()
 				if err := c.disp.ForgetSubject(ctx, t, subject); err != nil {
 					return err
 				}
 				if o.json {
 					return writeJSON(out, map[string]any{"tenant": t, "subject": subject, "forgotten": true})
 				}
-				_, err := fmt.Fprintf(out, "forgot subject %q of tenant %s: its data key is deleted and its personal fields in the read rows are null\n", subject, t)
+				_, err = fmt.Fprintf(out, "forgot subject %q of tenant %s: its data key is deleted and its personal fields in the read rows are null\n", subject, t)
 				return err
 			})
 		},
