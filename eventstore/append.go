@@ -51,17 +51,6 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream Stream, expected
 // expectation holds and all events are written, or nothing is. A refused
 // stream is reported as a *BatchError naming its index.
 func (s *Store) AppendBatch(ctx context.Context, batch []StreamAppend) ([]AppendResult, error) {
-	if hasPersonal(batch) {
-		// A subject's new data key commits with the events: one
-		// transaction, one flush, instead of two.
-		var res []AppendResult
-		err := s.InTx(ctx, func(ctx context.Context, tx *Tx) error {
-			var err error
-			res, err = s.AppendBatchTx(ctx, tx, batch)
-			return err
-		})
-		return res, err
-	}
 	res, err := s.appendBatch(ctx, s.pool, nil, batch)
 	if err != nil {
 		return nil, TranslateError(err)
@@ -93,40 +82,42 @@ func (s *Store) appendBatch(ctx context.Context, q querier, tx pgx.Tx, batch []S
 	if err != nil {
 		return nil, err
 	}
-	if err := s.sealBatch(ctx, q, batch, a); err != nil {
+	p, err := s.sealingOf(batch, a)
+	if err != nil {
 		return nil, err
 	}
+	a.stored, a.personal = a.payloads, make([]*string, len(a.payloads))
 	var ws []written
-	if len(a.versions) == 1 {
-		// One event: the common case, without arrays, scanning one row.
-		w := written{aggID: uuid.UUID(a.evAggIDs[0]), version: int(a.versions[0])}
-		appendNew, appendNext := s.sql.appendNewAlone, s.sql.appendNextAlone
-		if tx != nil {
-			appendNew, appendNext = s.sql.appendNew, s.sql.appendNext
+	for attempt := 1; ; attempt++ {
+		if p != nil {
+			if err := s.seal(ctx, p, a); err != nil {
+				return nil, err
+			}
 		}
-		var row pgx.Row
-		if w.version == 1 {
-			row = q.QueryRow(ctx, appendNew, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0],
-				a.types[0], a.eventVersions[0], a.stored[0], a.metas[0], a.users[0], a.personal[0])
-		} else {
-			row = q.QueryRow(ctx, appendNext, a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
-				a.types[0], a.eventVersions[0], a.stored[0], a.metas[0], a.users[0], a.personal[0])
-		}
-		switch err := row.Scan(&w.id, &w.createdAt); {
-		case errors.Is(err, pgx.ErrNoRows):
-			return nil, s.appendFailed(ctx, q, batch, nil)
-		case err != nil:
+		if ws, err = s.insert(ctx, q, tx, a); err != nil {
 			return nil, s.appendFailed(ctx, q, batch, err)
 		}
-		ws = append(ws, w)
-	} else {
-		var err error
-		if ws, err = s.appendMany(ctx, q, tx, a); err != nil {
-			return nil, s.appendFailed(ctx, q, batch, err)
+		if len(ws) > 0 {
+			break
 		}
-		if len(ws) == 0 {
-			return nil, s.appendFailed(ctx, q, batch, nil)
+		if p != nil {
+			// Nothing written: a key the fields were sealed with may not be
+			// the subject's (any more).
+			reseal, err := s.resealNeeded(ctx, q, p)
+			if err != nil {
+				return nil, fmt.Errorf("append: %w", err)
+			}
+			if reseal && attempt < maxSealAttempts {
+				continue
+			}
+			if reseal {
+				return nil, fmt.Errorf("append: the subjects' data keys changed under each of %d attempts", maxSealAttempts)
+			}
 		}
+		return nil, s.appendFailed(ctx, q, batch, nil)
+	}
+	if p != nil {
+		s.sealed(p)
 	}
 	if len(ws) != len(a.versions) {
 		return nil, fmt.Errorf("append: wrote %d events, expected %d", len(ws), len(a.versions))
@@ -151,6 +142,49 @@ func (s *Store) appendBatch(ctx context.Context, q querier, tx pgx.Tx, batch []S
 		out[i] = r
 	}
 	return out, nil
+}
+
+// maxSealAttempts bounds the attempts of an append whose personal fields'
+// keys keep changing under it (see keyGuard).
+const maxSealAttempts = 3
+
+// insert runs the append statement of a through q (tx: see appendBatch):
+// the events it wrote, none when an expectation or the key guard did not
+// hold.
+func (s *Store) insert(ctx context.Context, q querier, tx pgx.Tx, a *batchArgs) ([]written, error) {
+	if len(a.versions) > 1 {
+		return s.appendMany(ctx, q, tx, a)
+	}
+	// One event: the common case, without arrays, scanning one row.
+	w := written{aggID: uuid.UUID(a.evAggIDs[0]), version: int(a.versions[0])}
+	sql := pick(tx != nil, a.keys != nil, s.sql.appendNext, s.sql.appendNextAlone, s.sql.keyedNext, s.sql.keyedNextAlone)
+	args := []any{a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
+		a.types[0], a.eventVersions[0], a.stored[0], a.metas[0], a.users[0], a.personal[0]}
+	if w.version == 1 {
+		sql = pick(tx != nil, a.keys != nil, s.sql.appendNew, s.sql.appendNewAlone, s.sql.keyedNew, s.sql.keyedNewAlone)
+		args = slices.Delete(args, 3, 4) // the version is the statement's
+	}
+	switch err := q.QueryRow(ctx, sql, a.keys.after(args)...).Scan(&w.id, &w.createdAt); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return []written{w}, nil
+}
+
+// pick chooses among the variants of an append statement: in the
+// caller's transaction or alone, with the key guard or without.
+func pick(inTx, keyed bool, tx, alone, keyedTx, keyedAlone string) string {
+	switch {
+	case keyed && inTx:
+		return keyedTx
+	case keyed:
+		return keyedAlone
+	case inTx:
+		return tx
+	}
+	return alone
 }
 
 // inEventOrder returns ws, the rows the statement returned, in the order of
@@ -212,10 +246,16 @@ func (s *Store) appendMany(ctx context.Context, q querier, tx pgx.Tx, a *batchAr
 	}
 	sql, args := s.sql.appendManyNew, []any{a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
 		a.types, a.eventVersions, a.stored, a.metas, a.users, a.personal}
+	if a.keys != nil {
+		sql = s.sql.keyedManyNew
+	}
 	if slices.ContainsFunc(a.expected, func(v int32) bool { return v > 0 }) {
 		sql, args = s.sql.appendMany, append(args, a.aggIDs, a.tenants, a.expected)
+		if a.keys != nil {
+			sql = s.sql.keyedMany
+		}
 	}
-	rows, err := q.Query(ctx, sql, args...)
+	rows, err := q.Query(ctx, sql, a.keys.after(args)...)
 	if err != nil {
 		return nil, err
 	}
@@ -273,6 +313,26 @@ type batchArgs struct {
 	// personal the sealed fields of each (see sealBatch).
 	stored   [][]byte
 	personal []*string
+	// keys are the data keys of the personal fields (nil: none).
+	keys *keyArgs
+}
+
+// keyArgs are the parameters of the key guard (see keyGuard): one entry
+// per subject.
+type keyArgs struct {
+	tenants        [][16]byte
+	subjects, keks []string
+	wrapped        [][]byte
+	fresh          []bool
+}
+
+// after returns args followed by the key guard's parameters, when k is not
+// nil.
+func (k *keyArgs) after(args []any) []any {
+	if k == nil {
+		return args
+	}
+	return append(args, k.tenants, k.subjects, k.keks, k.wrapped, k.fresh)
 }
 
 func encodeBatch(batch []StreamAppend) (*batchArgs, error) {

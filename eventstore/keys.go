@@ -144,44 +144,60 @@ func open(aead cipher.AEAD, sealed, aad []byte) ([]byte, error) {
 	return aead.Open(nil, sealed[:n], sealed[n:], aad)
 }
 
-// dataKeys caches unwrapped data keys by their wrapped form. It never
-// decides whether a key exists: every read and append finds the wrapped
-// key in the database first, so a forgotten subject's key, gone from the
-// table, is never found here. It only spares the KEK (a KMS call) an unwrap
-// per read.
+// dataKeys caches, for an append, the data key each subject was last seen
+// with (stored) and, for every read, the ciphers of unwrapped data keys by
+// their wrapped form. It never decides whether a key exists: a read finds
+// the wrapped key in the database first, in its own statement, so a
+// forgotten subject's key, gone from the table, is never found here; an
+// append that seals with a key of stored has its insert check that the
+// key row still holds that key (see queries.keyGuard). The ciphers spare
+// the KEK (a KMS call) an unwrap per read.
 type dataKeys struct {
-	mu   sync.Mutex
-	keys map[string]cipher.AEAD
-	// known are the subjects (tenant and subject) seen with a key: an
-	// append offers them no new key, which would cost a wrap.
-	known map[string]bool
+	mu sync.Mutex
+	// ciphers: KEK id → wrapped key → cipher; n counts them.
+	ciphers map[string]map[string]cipher.AEAD
+	n       int
+	stored  map[subjectID]wrappedKey
 }
 
-// seen reports whether subject of tenant was seen with a key.
-func (d *dataKeys) seen(tenant uuid.UUID, subject string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.known[tenant.String()+"\x00"+subject]
+// subjectID is a data subject of a tenant: what a key row is for.
+type subjectID struct {
+	tenant  uuid.UUID
+	subject string
 }
 
-// saw records that subject of tenant has a key.
-func (d *dataKeys) saw(tenant uuid.UUID, subject string) {
+// storedKey returns the key subject was last seen with.
+func (d *dataKeys) storedKey(id subjectID) (wrappedKey, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.known == nil || len(d.known) >= maxCachedKeys {
-		d.known = map[string]bool{}
+	k, ok := d.stored[id]
+	return k, ok
+}
+
+// remember records that subject id was seen with key k.
+func (d *dataKeys) remember(id subjectID, k wrappedKey) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stored == nil || len(d.stored) >= maxCachedKeys {
+		d.stored = map[subjectID]wrappedKey{}
 	}
-	d.known[tenant.String()+"\x00"+subject] = true
+	d.stored[id] = k
 }
 
-// maxCachedKeys bounds the cache; it is emptied when full.
+// forget drops what was seen of subject id.
+func (d *dataKeys) forget(id subjectID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.stored, id)
+}
+
+// maxCachedKeys bounds each cache; it is emptied when full.
 const maxCachedKeys = 10000
 
 // aead returns the cipher of the data key wrapped as wrapped with KEK kek.
 func (d *dataKeys) aead(ctx context.Context, p KeyProvider, kek string, wrapped []byte) (cipher.AEAD, error) {
-	id := kek + "\x00" + string(wrapped)
 	d.mu.Lock()
-	a := d.keys[id]
+	a := d.ciphers[kek][string(wrapped)]
 	d.mu.Unlock()
 	if a != nil {
 		return a, nil
@@ -193,11 +209,24 @@ func (d *dataKeys) aead(ctx context.Context, p KeyProvider, kek string, wrapped 
 	if a, err = newGCM(k); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrDataKey, err)
 	}
+	d.put(kek, wrapped, a)
+	return a, nil
+}
+
+// put caches a, the cipher of the data key wrapped as wrapped with kek.
+func (d *dataKeys) put(kek string, wrapped []byte, a cipher.AEAD) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.keys == nil || len(d.keys) >= maxCachedKeys {
-		d.keys = map[string]cipher.AEAD{}
+	if d.ciphers == nil || d.n >= maxCachedKeys {
+		d.ciphers, d.n = map[string]map[string]cipher.AEAD{}, 0
 	}
-	d.keys[id] = a
-	return a, nil
+	m := d.ciphers[kek]
+	if m == nil {
+		m = map[string]cipher.AEAD{}
+		d.ciphers[kek] = m
+	}
+	if m[string(wrapped)] == nil {
+		d.n++
+	}
+	m[string(wrapped)] = a
 }

@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/cipher"
 	"crypto/rand"
@@ -24,7 +25,7 @@ import (
 // A sealed value is a JSON string: sealedPrefix and the base64 of nonce and
 // sealed text. The row records which fields are sealed and whose they are
 // (the personal column: field → subject), and every read fetches the
-// subjects' wrapped keys in the same statement (kumiko_subject_keys_of):
+// subjects' wrapped keys in the same statement (keysOfRow):
 // once a subject's key row is deleted, no read can open its values, which
 // read as null.
 
@@ -41,7 +42,7 @@ type wrappedKey struct {
 	wrapped []byte
 }
 
-// sealedKeys decodes what kumiko_subject_keys_of answers: subject →
+// sealedKeys decodes what keysOfRow answers: subject →
 // [kek id, base64 of the wrapped key].
 func sealedKeys(raw []byte) (map[string]wrappedKey, error) {
 	if raw == nil {
@@ -81,7 +82,7 @@ func snapshotPlace(tenant, stream uuid.UUID, version int) string {
 // sealFields returns the JSON object payload with each field of personal
 // that it holds (and that is not null) sealed with its subject's cipher,
 // and the fields it sealed with their subjects (nil: none).
-func sealFields(payload []byte, personal map[string]string, ciphers map[string]cipher.AEAD, place string) ([]byte, map[string]string, error) {
+func sealFields(payload []byte, personal map[string]string, cipherOf func(subject string) cipher.AEAD, place string) ([]byte, map[string]string, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &obj); err != nil {
 		return nil, nil, fmt.Errorf("personal fields: the payload is not a JSON object: %w", err)
@@ -92,7 +93,7 @@ func sealFields(payload []byte, personal map[string]string, ciphers map[string]c
 		if !ok || string(v) == "null" {
 			continue
 		}
-		aead := ciphers[subject]
+		aead := cipherOf(subject)
 		if aead == nil {
 			return nil, nil, fmt.Errorf("personal field %s: no data key for subject %q", field, subject)
 		}
@@ -168,62 +169,111 @@ func (s *Store) openValue(ctx context.Context, v json.RawMessage, keys map[strin
 	return plain
 }
 
-// newDataKey returns a fresh data key wrapped by p.
-func newDataKey(ctx context.Context, p KeyProvider) ([]byte, error) {
+// newDataKey returns a fresh data key: its cipher and the key wrapped by p.
+func newDataKey(ctx context.Context, p KeyProvider) (cipher.AEAD, []byte, error) {
 	k := make([]byte, 32)
 	if _, err := rand.Read(k); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return p.Wrap(ctx, k)
+	aead, err := newGCM(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := p.Wrap(ctx, k)
+	return aead, w, err
 }
 
-// sealBatch seals the personal fields of a's events (see NewEvent.Personal):
-// a.stored becomes what is written — a.payloads stay the plain payloads the
-// appended events carry — and a.personal the sealed fields of each event.
-func (s *Store) sealBatch(ctx context.Context, q querier, batch []StreamAppend, a *batchArgs) error {
-	a.stored, a.personal = a.payloads, make([]*string, len(a.payloads))
+// sealing is what an append with personal fields seals (see
+// NewEvent.Personal), and with which keys.
+type sealing struct {
+	// fields are each event's personal fields by subject (nil: none).
+	fields []map[string]string
+	// subjects are the subjects of them all, and keys the keys they are
+	// sealed with in the current attempt.
+	subjects []subjectID
+	keys     []sealKey
+}
+
+// sealKey is a subject's data key in an append.
+type sealKey struct {
+	wrappedKey
+	aead cipher.AEAD
+	// fresh: made for this attempt, offered as the subject's first key.
+	fresh bool
+}
+
+// sealingOf returns what the personal fields of batch's events (a: the
+// batch encoded) are sealed with; nil when none has personal fields.
+func (s *Store) sealingOf(batch []StreamAppend, a *batchArgs) (*sealing, error) {
 	if !hasPersonal(batch) {
-		return nil // the common append: nothing more to work out
+		return nil, nil // the common append: nothing more to work out
 	}
-	// The subjects of each tenant, and each event's fields by subject.
-	subjects := map[uuid.UUID][]string{}
-	fields := make([]map[string]string, len(a.payloads))
+	if s.cfg.Keys == nil {
+		return nil, ErrNoDataKey
+	}
+	p := &sealing{fields: make([]map[string]string, len(a.payloads))}
 	k := 0
 	for _, sa := range batch {
 		for _, ne := range sa.Events {
 			if len(ne.Personal) > 0 {
-				fields[k] = make(map[string]string, len(ne.Personal))
+				p.fields[k] = make(map[string]string, len(ne.Personal))
 				for field, subject := range ne.Personal {
 					if subject == "" {
 						subject = uuid.UUID(a.evAggIDs[k]).String()
 					}
-					fields[k][field] = subject
-					if t := sa.Stream.TenantID; !slices.Contains(subjects[t], subject) {
-						subjects[t] = append(subjects[t], subject)
+					p.fields[k][field] = subject
+					if id := (subjectID{sa.Stream.TenantID, subject}); !slices.Contains(p.subjects, id) {
+						p.subjects = append(p.subjects, id)
 					}
 				}
 			}
 			k++
 		}
 	}
-	if s.cfg.Keys == nil {
-		return ErrNoDataKey
-	}
-	ciphers := map[uuid.UUID]map[string]cipher.AEAD{}
-	for tenant, list := range subjects {
-		c, err := s.subjectCiphers(ctx, q, tenant, list)
-		if err != nil {
-			return err
+	return p, nil
+}
+
+// seal seals a's personal fields (p) for one attempt of the append: each
+// subject with the key it was last seen with, or else a fresh one. a.stored
+// becomes what is written — a.payloads stay the plain payloads the
+// appended events carry —, a.personal the sealed fields of each event and
+// a.keys the keys for the append's key guard.
+func (s *Store) seal(ctx context.Context, p *sealing, a *batchArgs) error {
+	p.keys = p.keys[:0]
+	ciphers := make(map[subjectID]cipher.AEAD, len(p.subjects))
+	ks := keyArgs{}
+	for _, id := range p.subjects {
+		var sk sealKey
+		if w, ok := s.keys.storedKey(id); ok {
+			aead, err := s.keys.aead(ctx, s.cfg.Keys, w.kek, w.wrapped)
+			if err != nil {
+				return err
+			}
+			sk = sealKey{wrappedKey: w, aead: aead}
+		} else {
+			aead, w, err := newDataKey(ctx, s.cfg.Keys)
+			if err != nil {
+				return fmt.Errorf("%w: wrap a new data key: %w", ErrDataKey, err)
+			}
+			sk = sealKey{wrappedKey: wrappedKey{kek: s.cfg.Keys.KeyID(), wrapped: w}, aead: aead, fresh: true}
 		}
-		ciphers[tenant] = c
+		p.keys = append(p.keys, sk)
+		ciphers[id] = sk.aead
+		ks.tenants = append(ks.tenants, id.tenant)
+		ks.subjects = append(ks.subjects, id.subject)
+		ks.keks = append(ks.keks, sk.kek)
+		ks.wrapped = append(ks.wrapped, sk.wrapped)
+		ks.fresh = append(ks.fresh, sk.fresh)
 	}
-	a.stored = slices.Clone(a.payloads)
-	for k, f := range fields {
+	a.keys = &ks
+	a.stored, a.personal = slices.Clone(a.payloads), make([]*string, len(a.payloads))
+	for k, f := range p.fields {
 		if f == nil {
 			continue
 		}
 		tenant, stream := uuid.UUID(a.evTenants[k]), uuid.UUID(a.evAggIDs[k])
-		stored, sealed, err := sealFields(a.payloads[k], f, ciphers[tenant], eventPlace(tenant, stream, int(a.versions[k]), a.types[k]))
+		stored, sealed, err := sealFields(a.payloads[k], f, func(subject string) cipher.AEAD { return ciphers[subjectID{tenant, subject}] },
+			eventPlace(tenant, stream, int(a.versions[k]), a.types[k]))
 		if err != nil {
 			return fmt.Errorf("%w: event %s: %w", ErrInvalidEvent, a.types[k], err)
 		}
@@ -237,6 +287,57 @@ func (s *Store) sealBatch(ctx context.Context, q querier, batch []StreamAppend, 
 	return nil
 }
 
+// sealed records the fresh keys of an append that wrote its events: the
+// subjects' keys from now on, as far as this process knows.
+func (s *Store) sealed(p *sealing) {
+	for i, id := range p.subjects {
+		if k := p.keys[i]; k.fresh {
+			s.keys.put(k.kek, k.wrapped, k.aead)
+			s.keys.remember(id, k.wrappedKey)
+		}
+	}
+}
+
+// resealNeeded tells, after an append with personal fields (p) wrote
+// nothing, whether its key guard failed: it reads the keys stored for the
+// subjects through q, remembers them, and reports whether one is not the
+// key the append sealed with. When none differs, the append failed for
+// another reason (a stream's version).
+func (s *Store) resealNeeded(ctx context.Context, q querier, p *sealing) (bool, error) {
+	tenants, subjects := make([]uuid.UUID, len(p.subjects)), make([]string, len(p.subjects))
+	for i, id := range p.subjects {
+		tenants[i], subjects[i] = id.tenant, id.subject
+	}
+	rows, err := q.Query(ctx, s.sql.storedKeys, tenants, subjects)
+	if err != nil {
+		return false, fmt.Errorf("subject keys: %w", err)
+	}
+	stored := make(map[subjectID]wrappedKey, len(p.subjects))
+	var (
+		id subjectID
+		k  wrappedKey
+	)
+	if _, err := pgx.ForEachRow(rows, []any{(*[16]byte)(&id.tenant), &id.subject, &k.kek, &k.wrapped}, func() error {
+		stored[id] = k
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("subject keys: %w", err)
+	}
+	stale := false
+	for i, id := range p.subjects {
+		k, ok := stored[id]
+		if !ok {
+			// Forgotten (or the fresh key rolled back): a fresh one next.
+			s.keys.forget(id)
+			stale = true
+			continue
+		}
+		s.keys.remember(id, k)
+		stale = stale || k.kek != p.keys[i].kek || !bytes.Equal(k.wrapped, p.keys[i].wrapped)
+	}
+	return stale, nil
+}
+
 // subjectCiphers returns the ciphers of the data keys of subjects of
 // tenant, creating the keys that do not exist yet (through q: in the
 // caller's transaction when there is one). A new key is offered only for
@@ -246,7 +347,8 @@ func (s *Store) subjectCiphers(ctx context.Context, q querier, tenant uuid.UUID,
 	out := make(map[string]cipher.AEAD, len(subjects))
 	offer := map[string]bool{}
 	for _, sub := range subjects {
-		offer[sub] = !s.keys.seen(tenant, sub)
+		_, seen := s.keys.storedKey(subjectID{tenant, sub})
+		offer[sub] = !seen
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		var ask []string
@@ -258,7 +360,7 @@ func (s *Store) subjectCiphers(ctx context.Context, q querier, tenant uuid.UUID,
 			var w []byte
 			if offer[sub] {
 				var err error
-				if w, err = newDataKey(ctx, s.cfg.Keys); err != nil {
+				if _, w, err = newDataKey(ctx, s.cfg.Keys); err != nil {
 					return nil, fmt.Errorf("%w: wrap a new data key: %w", ErrDataKey, err)
 				}
 			}
@@ -281,7 +383,7 @@ func (s *Store) subjectCiphers(ctx context.Context, q querier, tenant uuid.UUID,
 				return err
 			}
 			out[sub] = aead
-			s.keys.saw(tenant, sub)
+			s.keys.remember(subjectID{tenant, sub}, k)
 			return nil
 		})
 		if err != nil {
@@ -320,7 +422,7 @@ func (s *Store) sealSnapshot(ctx context.Context, q querier, snap Snapshot) ([]b
 	if err != nil {
 		return nil, nil, err
 	}
-	state, sealed, err := sealFields(snap.State, fields, ciphers, snapshotPlace(snap.TenantID, snap.AggregateID, snap.Version))
+	state, sealed, err := sealFields(snap.State, fields, func(subject string) cipher.AEAD { return ciphers[subject] }, snapshotPlace(snap.TenantID, snap.AggregateID, snap.Version))
 	if err != nil || sealed == nil {
 		return state, nil, err
 	}
@@ -399,7 +501,7 @@ func (s *Store) CheckKeys(ctx context.Context) error {
 	if err != nil || s.cfg.Keys == nil || current {
 		return TranslateError(err)
 	}
-	w, err := newDataKey(ctx, s.cfg.Keys)
+	_, w, err := newDataKey(ctx, s.cfg.Keys)
 	if err != nil {
 		return fmt.Errorf("%w: wrap a check key: %w", ErrDataKey, err)
 	}

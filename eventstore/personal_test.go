@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -214,4 +216,250 @@ func TestDataKeyChecks(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Unwrap(ctx, "local:other", w)
 	require.ErrorIs(t, err, eventstore.ErrDataKey)
+}
+
+// keyRaces is a schema with two stores on it, as two processes: separate
+// caches of subjects' keys, one KEK.
+type keyRaces struct {
+	db   *kumikotest.DB
+	a, b *eventstore.Store
+}
+
+func newKeyRaces(t *testing.T) keyRaces {
+	t.Helper()
+	kek := newKEK(t)
+	db := kumikotest.NewDB(t, kumikotest.StoreConfig(eventstore.Config{Keys: localKeys(t, kek)}))
+	b, err := eventstore.New(db.Pool, eventstore.Config{Schema: db.Schema, Keys: localKeys(t, kek)})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	return keyRaces{db: db, a: db.Store, b: b}
+}
+
+// email is an event whose email field is subject's.
+func email(value, subject string) eventstore.NewEvent {
+	return eventstore.NewEvent{Type: "person.emailed", Payload: map[string]any{"email": value, "plan": "gold"},
+		Personal: map[string]string{"email": subject}}
+}
+
+// emails reads the email fields of a stream's events through s.
+func emails(t *testing.T, s *eventstore.Store, id uuid.UUID) []any {
+	t.Helper()
+	evs, err := s.Load(context.Background(), tenantA, id, eventstore.LoadOptions{})
+	require.NoError(t, err)
+	out := make([]any, len(evs))
+	for i, e := range evs {
+		var p map[string]any
+		require.NoError(t, json.Unmarshal(e.Payload, &p))
+		out[i] = p["email"]
+	}
+	return out
+}
+
+// keyOf is the wrapped key stored for subject of tenant A; nil when none.
+func (r keyRaces) keyOf(t *testing.T, subject string) []byte {
+	t.Helper()
+	var w []byte
+	err := r.db.Pool.QueryRow(context.Background(), `SELECT wrapped FROM kumiko_subject_keys WHERE tenant_id = $1 AND subject = $2`, tenantA, subject).Scan(&w)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	require.NoError(t, err)
+	return w
+}
+
+// forget forgets subject of tenant A through s.
+func forget(t *testing.T, s *eventstore.Store, subject string) {
+	t.Helper()
+	require.NoError(t, s.WithTx(context.Background(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := s.ForgetSubjectTx(ctx, tx, tenantA, subject)
+		return err
+	}))
+}
+
+// withEvent appends through a the first event of a new stream with a
+// field of a new subject: the subject and the stream, at version 1.
+func (r keyRaces) withEvent(t *testing.T) (string, eventstore.Stream) {
+	t.Helper()
+	subject := uuid.NewString()
+	res, err := r.a.Append(context.Background(), eventstore.Stream{TenantID: tenantA, AggregateType: "person"}, 0, email("ada@example.org", subject))
+	require.NoError(t, err)
+	return subject, eventstore.Stream{TenantID: tenantA, AggregateType: "person", AggregateID: res.AggregateID}
+}
+
+// begin opens a transaction the test holds; it rolls back at the end
+// unless committed.
+func (r keyRaces) begin(t *testing.T) pgx.Tx {
+	t.Helper()
+	tx, err := r.db.Pool.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// blocking waits until a statement waits for the transaction of tx.
+func (r keyRaces) blocking(t *testing.T, tx pgx.Tx) {
+	t.Helper()
+	pid := tx.Conn().PgConn().PID()
+	require.Eventually(t, func() bool {
+		return r.db.Count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, int(pid)) > 0
+	}, 10*time.Second, 2*time.Millisecond)
+}
+
+// async runs fn in a goroutine; the returned function waits for its error.
+func async(fn func() error) func() error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	return func() error { return <-done }
+}
+
+// Two processes appending for a subject new to both at once: the one
+// whose key insert waits for the other's uncommitted key finds, once that
+// commits, that its own key was not stored, seals again with the stored
+// one and appends. One key row; both events open in both processes.
+func TestPersonalNewSubjectRace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newKeyRaces(t)
+	subject := uuid.NewString()
+	person := eventstore.Stream{TenantID: tenantA, AggregateType: "person"}
+
+	tx := r.begin(t)
+	first, err := r.a.AppendTx(ctx, tx, person, 0, email("ada@example.org", subject))
+	require.NoError(t, err)
+	var second eventstore.AppendResult
+	wait := async(func() error {
+		var err error
+		second, err = r.b.Append(ctx, person, 0, email("bob@example.org", subject))
+		return err
+	})
+	r.blocking(t, tx)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, wait())
+
+	require.Equal(t, 1, r.db.Count(t, `SELECT count(*) FROM kumiko_subject_keys WHERE subject = $1`, subject))
+	for _, s := range []*eventstore.Store{r.a, r.b} {
+		require.Equal(t, []any{"ada@example.org"}, emails(t, s, first.AggregateID))
+		require.Equal(t, []any{"bob@example.org"}, emails(t, s, second.AggregateID))
+	}
+	// Each process appends on with the one key.
+	_, err = r.a.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "person", AggregateID: second.AggregateID}, 1, email("cleo@example.org", subject))
+	require.NoError(t, err)
+	require.Equal(t, []any{"bob@example.org", "cleo@example.org"}, emails(t, r.b, second.AggregateID))
+	require.Equal(t, 1, r.db.Count(t, `SELECT count(*) FROM kumiko_subject_keys WHERE subject = $1`, subject))
+}
+
+// A process that has a subject's key cached appends after another process
+// forgot the subject: the append finds the key gone, makes a new one — the
+// old one is not stored again — and the new event opens while the old one
+// stays null.
+func TestPersonalAppendAfterForgetElsewhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newKeyRaces(t)
+	subject, stream := r.withEvent(t)
+	old := r.keyOf(t, subject)
+	require.NotNil(t, old)
+
+	forget(t, r.b, subject)
+	_, err := r.a.Append(ctx, stream, 1, email("ada@example.net", subject))
+	require.NoError(t, err)
+	renewed := r.keyOf(t, subject)
+	require.NotNil(t, renewed)
+	require.NotEqual(t, old, renewed, "a new key, not the forgotten one")
+	require.Equal(t, []any{nil, "ada@example.net"}, emails(t, r.a, stream.AggregateID))
+	require.Equal(t, []any{nil, "ada@example.net"}, emails(t, r.b, stream.AggregateID))
+}
+
+// A forget racing an append of a subject the appending process has
+// cached, either way round: no event sealed with the deleted key is
+// committed after the forget, and none opens.
+func TestPersonalForgetRacingAppend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("forget first", func(t *testing.T) {
+		t.Parallel()
+		r := newKeyRaces(t)
+		subject, stream := r.withEvent(t)
+		old := r.keyOf(t, subject)
+
+		// The forget has deleted the key, not committed yet; the append
+		// with the cached key waits for it, then makes a new key.
+		tx := r.begin(t)
+		had, err := r.b.ForgetSubjectTx(ctx, tx, tenantA, subject)
+		require.NoError(t, err)
+		require.True(t, had)
+		wait := async(func() error {
+			_, err := r.a.Append(ctx, stream, 1, email("ada@example.net", subject))
+			return err
+		})
+		r.blocking(t, tx)
+		require.NoError(t, tx.Commit(ctx))
+		require.NoError(t, wait())
+		require.NotEqual(t, old, r.keyOf(t, subject))
+		require.Equal(t, []any{nil, "ada@example.net"}, emails(t, r.a, stream.AggregateID))
+	})
+
+	t.Run("append first", func(t *testing.T) {
+		t.Parallel()
+		r := newKeyRaces(t)
+		subject, stream := r.withEvent(t)
+
+		// The append holds the key until it commits; the forget waits for
+		// it and then forgets both events.
+		tx := r.begin(t)
+		_, err := r.a.AppendTx(ctx, tx, stream, 1, email("ada@example.net", subject))
+		require.NoError(t, err)
+		wait := async(func() error {
+			return r.b.WithTx(ctx, func(ctx context.Context, ftx pgx.Tx) error {
+				_, err := r.b.ForgetSubjectTx(ctx, ftx, tenantA, subject)
+				return err
+			})
+		})
+		r.blocking(t, tx)
+		require.NoError(t, tx.Commit(ctx))
+		require.NoError(t, wait())
+		require.Nil(t, r.keyOf(t, subject))
+		require.Equal(t, []any{nil, nil}, emails(t, r.a, stream.AggregateID))
+		require.Equal(t, []any{nil, nil}, emails(t, r.b, stream.AggregateID))
+	})
+}
+
+// The cache of subjects' keys never decides that a key exists: a key made
+// in a transaction that rolled back, or re-wrapped by a rotation in
+// another process, makes the next append seal again with what is stored.
+func TestPersonalCachedKeyNotStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	kek, next := newKEK(t), newKEK(t)
+	db := kumikotest.NewDB(t, kumikotest.StoreConfig(eventstore.Config{Keys: localKeys(t, next, kek)}))
+	s := db.Store
+	subject := uuid.NewString()
+	person := eventstore.Stream{TenantID: tenantA, AggregateType: "person"}
+
+	rollback := errors.New("roll back")
+	require.ErrorIs(t, s.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := s.AppendTx(ctx, tx, person, 0, email("ada@example.org", subject))
+		require.NoError(t, err)
+		return rollback
+	}), rollback)
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM kumiko_subject_keys`))
+	res, err := s.Append(ctx, person, 0, email("ada@example.org", subject))
+	require.NoError(t, err)
+	require.Equal(t, []any{"ada@example.org"}, emails(t, s, res.AggregateID))
+
+	// Another process wraps the keys with a KEK of its own; this one, which
+	// knows that KEK too, appends with its cached key, which is no longer
+	// the stored one.
+	old, err := eventstore.New(db.Pool, eventstore.Config{Schema: db.Schema, Keys: localKeys(t, kek, next)})
+	require.NoError(t, err)
+	defer old.Close()
+	n, err := old.RotateKeys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	stream := eventstore.Stream{TenantID: tenantA, AggregateType: "person", AggregateID: res.AggregateID}
+	_, err = s.Append(ctx, stream, 1, email("ada@example.net", subject))
+	require.NoError(t, err)
+	require.Equal(t, []any{"ada@example.org", "ada@example.net"}, emails(t, old, res.AggregateID))
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM kumiko_subject_keys`))
 }

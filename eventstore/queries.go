@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -8,8 +9,11 @@ import (
 
 // queries holds every SQL statement of the store, qualified with its schema.
 type queries struct {
-	appendNew, appendNext, appendMany, appendManyNew   string
-	appendNewAlone, appendNextAlone                    string
+	appendNew, appendNext, appendMany, appendManyNew string
+	appendNewAlone, appendNextAlone                  string
+	// The same with the data keys of personal fields (keyGuard).
+	keyedNew, keyedNext, keyedNewAlone, keyedNextAlone string
+	keyedMany, keyedManyNew, storedKeys                string
 	streamHead                                         string
 	load, readAll                                      string
 	loadSnapshot, loadAfterSnapshot, saveSnap          string
@@ -28,7 +32,23 @@ type queries struct {
 }
 
 const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_at, created_by, ` +
-	`personal, CASE WHEN personal IS NOT NULL THEN {keysOf}(tenant_id, personal) END`
+	`personal, ` + keysOfRow
+
+// keysOfRow is the wrapped keys of the subjects of a row's sealed fields
+// (its tenant_id and personal columns), in the reading statement's
+// snapshot: subject → [kek id, base64 of the wrapped key], a forgotten
+// subject missing; NULL for a row without. It is what the function
+// kumiko_subject_keys_of answers, written out as a subquery, which is
+// planned once with the statement where each call of the SQL function
+// plans the function's query again; and each subject's key is looked up on
+// its own, by the whole primary key, where the function's IN (subquery)
+// has the planner expect a hundred subjects and — in a plan cached while
+// the table was small — read every key of the tenant per row.
+const keysOfRow = `CASE WHEN personal IS NOT NULL THEN (
+	SELECT jsonb_strip_nulls(jsonb_object_agg(p.subject, (
+		SELECT jsonb_build_array(k.kek_id, encode(k.wrapped, 'base64')) FROM {keys} k
+		WHERE k.tenant_id = {row}.tenant_id AND k.subject = p.subject)))
+	FROM (SELECT DISTINCT value FROM jsonb_each_text({row}.personal)) AS p(subject)) END`
 
 // The single-event appends (see queries.appendNew), in parts: the insert,
 // the conflict clause that keeps a caller's transaction usable after a lost
@@ -46,15 +66,48 @@ WHERE EXISTS (SELECT 1 FROM {events} e WHERE e.aggregate_id = $1 AND e.version =
 ON CONFLICT (aggregate_id, version) DO NOTHING`
 	returning = `
 RETURNING id, created_at`
+	// appendNew as a SELECT, which can carry a condition.
+	appendNewSelect = `
+INSERT INTO {events} (aggregate_id, aggregate_type, tenant_id, version, type, event_version, payload, metadata, created_by, personal)
+SELECT $1, $2, $3, 1, $4, $5, $6::jsonb, $7::jsonb, $8, $9::jsonb`
 )
+
+// keyGuard returns the head and the condition of an append whose personal
+// fields are sealed with the data keys it names in its parameters after
+// its own n: tenant, subject, KEK id, wrapped key, and whether the key is
+// new. It inserts the new keys (a subject's first), and its insert
+// carries the condition, which holds only when every new key was inserted
+// and every other one is stored as named — locked until the append
+// commits, so that a forget deleting it waits and the append never commits
+// an event sealed with a key a forget has deleted. A new key losing to one
+// a concurrent append inserted first, and a key forgotten or re-wrapped
+// since it was seen, fail the condition: the append inserts nothing, and
+// the caller seals again with the keys stored (storedKeys).
+func keyGuard(n int) (head, cond string) {
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	head = `
+WITH k AS (SELECT * FROM unnest(` + p(1) + `::uuid[], ` + p(2) + `::text[], ` + p(3) + `::text[], ` + p(4) + `::bytea[], ` + p(5) + `::bool[])
+	AS k(tenant_id, subject, kek_id, wrapped, new)),
+ins AS (
+	INSERT INTO {keys} (tenant_id, subject, kek_id, wrapped)
+	SELECT tenant_id, subject, kek_id, wrapped FROM k WHERE new
+	ON CONFLICT (tenant_id, subject) DO NOTHING
+	RETURNING 1),
+held AS (
+	SELECT 1 FROM k, LATERAL (SELECT 1 FROM {keys} s
+		WHERE s.tenant_id = k.tenant_id AND s.subject = k.subject AND s.kek_id = k.kek_id AND s.wrapped = k.wrapped
+		FOR KEY SHARE) AS s
+	WHERE NOT k.new)`
+	cond = `(SELECT count(*) FROM ins) + (SELECT count(*) FROM held) = (SELECT count(*) FROM k)`
+	return head, cond
+}
 
 func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
-	cols := strings.ReplaceAll(eventColumns, "{keysOf}", s+".kumiko_subject_keys_of")
+	cols := strings.NewReplacer("{keys}", s+".kumiko_subject_keys", "{row}", s+".kumiko_events").Replace(eventColumns)
 	r := strings.NewReplacer(
 		"{keys}", s+".kumiko_subject_keys",
 		"{keyChecks}", s+".kumiko_key_checks",
-		"{keysOf}", s+".kumiko_subject_keys_of",
 		"{subjectsOf}", s+".kumiko_subjects_of",
 		"{events}", s+".kumiko_events",
 		"{snapshots}", s+".kumiko_snapshots",
@@ -72,6 +125,20 @@ FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::int[]
 `
 	const manyEnd = `ORDER BY v.ord
 RETURNING id, aggregate_id, version, created_at`
+	const manyCheck = `WHERE NOT EXISTS (
+	SELECT 1 FROM unnest($11::uuid[], $12::uuid[], $13::int[]) AS s(aggregate_id, tenant_id, expected)
+	WHERE s.expected > 0 AND (
+		NOT EXISTS (SELECT 1 FROM {events} e
+			WHERE e.aggregate_id = s.aggregate_id AND e.version = s.expected AND e.tenant_id = s.tenant_id)
+		OR EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = s.aggregate_id))
+)
+`
+	// The appends with personal fields: each with the key guard after its
+	// own parameters.
+	keyed := func(n int, insert, join, end string) string {
+		head, cond := keyGuard(n)
+		return r.Replace(head + insert + "\n" + join + " " + cond + end)
+	}
 	return queries{
 		// The appends write versions the client computed from the expected
 		// version. A stream is at version n exactly when its event n exists
@@ -93,18 +160,21 @@ RETURNING id, aggregate_id, version, created_at`
 		appendNextAlone: r.Replace(appendNext + returning),
 
 		// Many events of one or many streams, all or none.
-		appendMany: r.Replace(manyRows + `WHERE NOT EXISTS (
-	SELECT 1 FROM unnest($11::uuid[], $12::uuid[], $13::int[]) AS s(aggregate_id, tenant_id, expected)
-	WHERE s.expected > 0 AND (
-		NOT EXISTS (SELECT 1 FROM {events} e
-			WHERE e.aggregate_id = s.aggregate_id AND e.version = s.expected AND e.tenant_id = s.tenant_id)
-		OR EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = s.aggregate_id))
-)
-` + manyEnd),
+		appendMany: r.Replace(manyRows + manyCheck + manyEnd),
 		// The same when every stream is new: the unique index on
 		// (aggregate_id, version) is the whole check, and the statement
 		// without the stream check is markedly cheaper.
 		appendManyNew: r.Replace(manyRows + manyEnd),
+
+		keyedNew:       keyed(9, appendNewSelect, "WHERE", onConflict+returning),
+		keyedNext:      keyed(10, appendNext, "AND", onConflict+returning),
+		keyedNewAlone:  keyed(9, appendNewSelect, "WHERE", returning),
+		keyedNextAlone: keyed(10, appendNext, "AND", returning),
+		keyedMany:      keyed(13, manyRows+manyCheck, "AND", "\n"+manyEnd),
+		keyedManyNew:   keyed(10, manyRows, "WHERE", "\n"+manyEnd),
+		// The data keys stored for subjects $2 of tenants $1.
+		storedKeys: r.Replace(`SELECT k.tenant_id, k.subject, k.kek_id, k.wrapped FROM {keys} k
+JOIN unnest($1::uuid[], $2::text[]) AS u(tenant_id, subject) ON k.tenant_id = u.tenant_id AND k.subject = u.subject`),
 
 		refuseUnknownVersions: `SELECT ` + s + `.kumiko_refuse_unknown_versions($1, $2, $3, $4)`,
 
@@ -167,7 +237,7 @@ ORDER BY id LIMIT $5`),
 
 		loadSnapshot: r.Replace(`
 SELECT aggregate_type, version, state, snapshot_version, created_at,
-	personal, CASE WHEN personal IS NOT NULL THEN {keysOf}(tenant_id, personal) END
+	personal, ` + strings.ReplaceAll(keysOfRow, "{row}", "{snapshots}") + `
 FROM {snapshots}
 WHERE aggregate_id = $1 AND tenant_id = $2 AND snapshot_version = $3 AND version <= $4
 	AND NOT EXISTS (SELECT 1 FROM {archived} a WHERE a.aggregate_id = $1)
