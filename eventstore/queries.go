@@ -38,12 +38,13 @@ const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type
 // (its tenant_id and personal columns), in the reading statement's
 // snapshot: subject → [kek id, base64 of the wrapped key], a forgotten
 // subject missing; NULL for a row without. It is what the function
-// kumiko_subject_keys_of answers, written out as a subquery, which is
-// planned once with the statement where each call of the SQL function
-// plans the function's query again; and each subject's key is looked up on
-// its own, by the whole primary key, where the function's IN (subquery)
-// has the planner expect a hundred subjects and — in a plan cached while
-// the table was small — read every key of the tenant per row.
+// kumiko_subject_keys_of (migration 8, dropped by 9) answered, written out
+// as a subquery, which is planned once with the statement where each call
+// of the SQL function planned the function's query again; and each
+// subject's key is looked up on its own, by the whole primary key, where
+// the function's IN (subquery) had the planner expect a hundred subjects
+// and — in a plan cached while the table was small — read every key of
+// the tenant per row.
 const keysOfRow = `CASE WHEN personal IS NOT NULL THEN (
 	SELECT jsonb_strip_nulls(jsonb_object_agg(p.subject, (
 		SELECT jsonb_build_array(k.kek_id, encode(k.wrapped, 'base64')) FROM {keys} k
@@ -106,9 +107,11 @@ func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
 	cols := strings.NewReplacer("{keys}", s+".kumiko_subject_keys", "{row}", s+".kumiko_events").Replace(eventColumns)
 	r := strings.NewReplacer(
+		// The subjects of a row's sealed fields, as the index
+		// kumiko_events_subjects has them.
+		"{subjectsOf}", `jsonb_path_query_array(personal, '$.*')`,
 		"{keys}", s+".kumiko_subject_keys",
 		"{keyChecks}", s+".kumiko_key_checks",
-		"{subjectsOf}", s+".kumiko_subjects_of",
 		"{events}", s+".kumiko_events",
 		"{snapshots}", s+".kumiko_snapshots",
 		"{archived}", s+".kumiko_archived_streams",
@@ -195,12 +198,12 @@ SELECT k.subject, k.kek_id, k.wrapped FROM {keys} k JOIN offered o USING (subjec
 		// The events of tenant $1 with sealed fields of subject $2, after
 		// id $3, a page of $4.
 		subjectEvents: r.Replace(`SELECT {cols} FROM {events}
-WHERE tenant_id = $1 AND personal IS NOT NULL AND {subjectsOf}(personal) @> ARRAY[$2::text] AND id > $3
+WHERE tenant_id = $1 AND personal IS NOT NULL AND {subjectsOf} @> jsonb_build_array($2::text) AND id > $3
 ORDER BY id LIMIT $4`),
 		// The requests (user, idempotency key) whose events of tenant $1
 		// hold sealed fields of subject $2.
 		subjectRequests: r.Replace(`SELECT DISTINCT coalesce(metadata->>'userId', ''), metadata->>'idempotencyKey' FROM {events}
-WHERE tenant_id = $1 AND personal IS NOT NULL AND {subjectsOf}(personal) @> ARRAY[$2::text] AND metadata ? 'idempotencyKey'`),
+WHERE tenant_id = $1 AND personal IS NOT NULL AND {subjectsOf} @> jsonb_build_array($2::text) AND metadata ? 'idempotencyKey'`),
 		forgetSubject: r.Replace(`DELETE FROM {keys} WHERE tenant_id = $1 AND subject = $2`),
 		keyChecks:     r.Replace(`SELECT kek_id, wrapped FROM {keyChecks} ORDER BY kek_id`),
 		// A page of data keys wrapped by another KEK than $1, locked so
