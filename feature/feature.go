@@ -113,6 +113,10 @@ func (f *Feature) Spec() spec.Definitions {
 		j.On = slices.Clone(j.On)
 		d.Jobs = append(d.Jobs, j)
 	}
+	for _, s := range f.defs.Searches {
+		s.Fields = maps.Clone(s.Fields)
+		d.Searches = append(d.Searches, s)
+	}
 	d.Problems = slices.Clone(f.defs.Problems)
 	return d
 }

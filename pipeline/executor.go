@@ -291,6 +291,8 @@ func (d *Executor) Query(ctx context.Context, c Caller, req Request) (_ any, qer
 		out, err = d.proj.List(ctx, c.User, d.proj.Entity(h.Entity), in.(registry.ListInput))
 	case registry.VerbDetail:
 		out, err = d.proj.Detail(ctx, c.User, d.proj.Entity(h.Entity), in.(registry.DetailInput))
+	case registry.VerbSearch:
+		out, err = d.proj.Search(ctx, c.User, d.proj.Entity(h.Entity), in.(registry.SearchInput))
 	default:
 		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 			return author.Run(d.log, func() (err error) {

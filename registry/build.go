@@ -151,6 +151,11 @@ func (b *builder) build(features []*feature.Feature) {
 		}
 	}
 	for _, d := range b.defs {
+		for _, s := range d.Searches {
+			b.search(d.Name, s)
+		}
+	}
+	for _, d := range b.defs {
 		for _, e := range d.Entities {
 			b.writtenBy(d.Name, e)
 		}

@@ -13,6 +13,13 @@ const (
 	MaxListLimit     = codec.MaxListLimit
 )
 
+// Limits of a search's query text (see feature.Registrar.Search): at most
+// MaxSearchText bytes; only its first MaxSearchWords words are looked for.
+const (
+	MaxSearchText  = codec.MaxSearchText
+	MaxSearchWords = codec.MaxSearchWords
+)
+
 // MaxVersion is the largest stream version a client may send as the version
 // it last saw (2147483646): one below the largest value of the integer
 // version column, so that the version a write appends still fits. Larger
@@ -34,6 +41,8 @@ type (
 	DetailInput = codec.DetailInput
 	// ListInput is the decoded payload of <entity>.list.
 	ListInput = codec.ListInput
+	// SearchInput is the decoded payload of <entity>.search.
+	SearchInput = codec.SearchInput
 	// SortKey is one ordering key of a list.
 	SortKey = codec.SortKey
 )

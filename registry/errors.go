@@ -23,6 +23,7 @@ const (
 	RuleHandler    = "handler"    // a handler function does not fit its input
 	RuleAccess     = "access"     // a handler has no (valid) access rule
 	RuleCrud       = "crud"       // a Crud declaration is invalid
+	RuleSearch     = "search"     // a Search declaration is invalid
 	RuleMigration  = "migration"  // an upcaster chain is broken
 	RuleApply      = "apply"      // an apply map is empty or names an unknown event
 	RuleProjection = "projection" // a projection's source, table or settings are invalid

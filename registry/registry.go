@@ -164,6 +164,8 @@ type Entity struct {
 	verbs   []CrudVerb
 	// personal maps personal fields to their subject fields; nil = none.
 	personal map[string]string
+	// search is the entity's full-text search; nil = none.
+	search *Search
 }
 
 // Name is the entity name, also the aggregate type of its streams.

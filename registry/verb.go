@@ -15,6 +15,9 @@ const (
 	VerbRestore CrudVerb = "restore" // soft-delete entities only
 	VerbList    CrudVerb = "list"
 	VerbDetail  CrudVerb = "detail"
+	// VerbSearch is the query of an entity's full-text search
+	// (feature.Registrar.Search); not one of CrudVerbs.
+	VerbSearch CrudVerb = "search"
 )
 
 // CrudVerbs lists every verb in a stable order.
@@ -53,7 +56,7 @@ func (v CrudVerb) Rule(a feature.Access) feature.Rule {
 		specific, general = a.Delete, a.Write
 	case VerbRestore:
 		specific, general = a.Restore, a.Write
-	case VerbList:
+	case VerbList, VerbSearch:
 		specific, general = a.List, a.Read
 	case VerbDetail:
 		specific, general = a.Detail, a.Read

@@ -70,8 +70,9 @@ func redisValues(t *testing.T) string {
 // pg_dump of the app's schema and a dump of Redis (the cached responses of
 // keyed writes) hold none of those members' values while a third member's
 // are intact; the API reads the forgotten fields as null, a retry of a
-// forgotten member's keyed write is not replayed, the export route returns
-// the third member's values, and a restart with another key fails.
+// forgotten member's keyed write is not replayed nor is she found by the
+// search of members, the export route returns the third member's values,
+// and a restart with another key fails.
 func TestPersonalDataForgottenUnderServe(t *testing.T) {
 	t.Parallel()
 	reserve(t, 1)
@@ -103,6 +104,17 @@ func TestPersonalDataForgottenUnderServe(t *testing.T) {
 		return !slices.ContainsFunc(append(slices.Clone(forgotten), kept...), func(v string) bool { return !strings.Contains(records, v) })
 	}, 30*time.Second, 50*time.Millisecond, "the keyed writes' responses are cached in Redis with the members' values")
 
+	type hits struct {
+		Hits []struct {
+			Row        map[string]any    `json:"row"`
+			Highlights map[string]string `json:"highlights"`
+		} `json:"hits"`
+	}
+	found := ok[hits](writer.query("member.search", map[string]any{"q": "lovel " + tag}))
+	require.Len(t, found.Hits, 1, "a member is found by a prefix of her name")
+	require.Equal(t, ada.ID.String(), found.Hits[0].Row["id"])
+	require.Contains(t, found.Hits[0].Highlights["name"], "<mark>Lovelace</mark>")
+
 	exported := admin.do(http.MethodGet, "/api/subjects/"+bob.ID.String()+"/export", nil)
 	require.Equal(t, http.StatusOK, exported.status, "%s", exported.body)
 	for _, v := range kept {
@@ -126,6 +138,8 @@ func TestPersonalDataForgottenUnderServe(t *testing.T) {
 	require.Nil(t, got["email"])
 	require.Equal(t, "gold", got["plan"])
 	require.Equal(t, bobM.name, ok[map[string]any](writer.query("member.detail", map[string]any{"id": bob.ID}))["name"])
+	require.Empty(t, ok[hits](writer.query("member.search", map[string]any{"q": "lovelace " + tag})).Hits, "a forgotten member is not found")
+	require.Len(t, ok[hits](writer.query("member.search", map[string]any{"q": "byron " + tag})).Hits, 1)
 	retry := keyed("ada").write("member.create", map[string]any{"name": adaM.name, "email": adaM.email, "plan": "gold"})
 	require.Equal(t, http.StatusConflict, retry.status, "%s", retry.body)
 	require.Contains(t, string(retry.body), "already_applied")

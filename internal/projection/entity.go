@@ -41,6 +41,8 @@ type Entity struct {
 	// exists locks a live row of the table by id and tenant FOR SHARE: the
 	// check of a MustExist reference to this entity.
 	exists string
+	// search is the entity's full-text search; nil without.
+	search *searchPlan
 }
 
 // UniqueViolation turns a violation of a unique field's index into the
@@ -106,6 +108,7 @@ func newEntity(schema string, e *registry.Entity) *Entity {
 	t.selectList = strings.Join(sel, ", ")
 	t.insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", t.table, strings.Join(insCols, ", "), strings.Join(insVals, ", "))
 	t.exists = fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 AND tenant_id = $2%s FOR SHARE", t.table, t.liveOnly())
+	t.search = newSearchPlan(t)
 	return t
 }
 
@@ -258,21 +261,26 @@ func (t *Entity) scanRows(rows pgx.Rows) ([]map[string]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		row := make(map[string]any, len(t.fields)+5)
-		row["id"] = uuid.UUID(vals[0].([16]byte)).String()
-		row["version"] = int(vals[1].(int32))
-		for i, f := range t.fields {
-			row[f] = fromDB(vals[i+2])
-		}
-		n := len(t.fields) + 2
-		row["createdAt"] = fromDB(vals[n])
-		row["updatedAt"] = fromDB(vals[n+1])
-		if t.soft {
-			row["deletedAt"] = fromDB(vals[n+2])
-		}
-		out = append(out, row)
+		out = append(out, t.rowOf(vals))
 	}
 	return out, rows.Err()
+}
+
+// rowOf is a row of the table as the values of its selectList.
+func (t *Entity) rowOf(vals []any) map[string]any {
+	row := make(map[string]any, len(t.fields)+5)
+	row["id"] = uuid.UUID(vals[0].([16]byte)).String()
+	row["version"] = int(vals[1].(int32))
+	for i, f := range t.fields {
+		row[f] = fromDB(vals[i+2])
+	}
+	n := len(t.fields) + 2
+	row["createdAt"] = fromDB(vals[n])
+	row["updatedAt"] = fromDB(vals[n+1])
+	if t.soft {
+		row["deletedAt"] = fromDB(vals[n+2])
+	}
+	return row
 }
 
 // fromDB converts a value pgx decoded into the JSON-native form entity

@@ -245,17 +245,7 @@ func (s *Side) listRows(ctx context.Context, u feature.User, t *Entity, in regis
 	if t.soft && !in.IncludeDeleted {
 		where = append(where, "deleted_at IS NULL")
 	}
-	for _, f := range slices.Sorted(maps.Keys(in.Filter)) {
-		col, typ := "id", "uuid"
-		if f != "id" {
-			col, typ = t.cols[f], t.specs[f].Type.ColumnType()
-		}
-		if v := in.Filter[f]; v == nil {
-			where = append(where, col+" IS NULL")
-		} else {
-			where = append(where, col+" = "+arg(v, typ))
-		}
-	}
+	where = append(where, t.filterWhere(in.Filter, arg)...)
 	if p.cursor != nil {
 		// After the cursor row: for some key i, equal on keys before i and
 		// strictly after on key i. With nulls last, a null cursor value has
@@ -301,6 +291,24 @@ func (s *Side) listRows(ctx context.Context, u feature.User, t *Entity, in regis
 		return nil, err
 	}
 	return t.scanRows(rows)
+}
+
+// filterWhere is the conditions of a list's or search's filter; arg adds
+// a value of a column type as a parameter and returns its placeholder.
+func (t *Entity) filterWhere(filter map[string]any, arg func(v any, typ string) string) []string {
+	var where []string
+	for _, f := range slices.Sorted(maps.Keys(filter)) {
+		col, typ := "id", "uuid"
+		if f != "id" {
+			col, typ = t.cols[f], t.specs[f].Type.ColumnType()
+		}
+		if v := filter[f]; v == nil {
+			where = append(where, col+" IS NULL")
+		} else {
+			where = append(where, col+" = "+arg(v, typ))
+		}
+	}
+	return where
 }
 
 // errAsOfTimeout is the cause of an as-of list's context past AsOfTimeout.

@@ -54,6 +54,11 @@ func (s *Side) EnsureSchema(ctx context.Context) error {
 				}
 			}
 		}
+		for _, e := range s.reg.Entities() {
+			if err := s.ensureSearch(ctx, tx, s.entities[e.Name()]); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,6 +82,8 @@ type Side struct {
 	// built holds the names of projections whose tables are known to be
 	// complete (see checkBuilt).
 	built sync.Map
+	// trgm is the schema holding pg_trgm, quoted, once known (search.go).
+	trgm atomic.Pointer[string]
 }
 
 // New returns the read side of reg's entities and projections on store.

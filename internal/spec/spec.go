@@ -36,6 +36,8 @@ type Definitions struct {
 	IntegrationHandlers []IntegrationHandler
 	// Jobs are declared with Registrar.Job.
 	Jobs []Job
+	// Searches are declared with Registrar.Search.
+	Searches []Search
 	// Problems are mistakes found while recording; each fails the boot.
 	Problems []Problem
 }
@@ -82,6 +84,16 @@ type Crud struct {
 	Entity string
 	// Access is the feature.Access given to Crud.
 	Access any
+}
+
+// Search is an entity's full-text search declared with Registrar.Search.
+type Search struct {
+	Entity string
+	// Fields maps the searchable fields (JSON names) to their weights, 'A'
+	// (most) to 'D'.
+	Fields map[string]byte
+	// Config is the PostgreSQL text search configuration; "" = "simple".
+	Config string
 }
 
 // Event is a domain event declared with Registrar.DefineEvent.

@@ -139,6 +139,7 @@ func (f faults) feature() *feature.Feature {
 			"plan":  feature.Text(),
 		})
 		r.Crud("member", feature.Access{Write: feature.Roles("User"), Read: feature.AnyUser()})
+		r.Search("member", feature.SearchFields{"name": feature.WeightA, "email": feature.WeightB})
 		// A table-backed consumer that records every note.created it is
 		// handed, with no key: an event delivered twice leaves two rows.
 		r.MultiStreamProjection(feature.MultiStreamProjection{

@@ -81,6 +81,7 @@ const (
 	Created             // <entity>.created
 	Updated             // <entity>.updated
 	Empty               // <entity>.deleted, .restored
+	Search              // <entity>.search
 )
 
 // Payload decodes and describes the payload of one event or handler type.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 
@@ -23,6 +24,12 @@ import (
 const (
 	DefaultListLimit = 50
 	MaxListLimit     = 200
+)
+
+// Limits of a search's query text: bytes, and the words it is split into.
+const (
+	MaxSearchText  = 500
+	MaxSearchWords = 16
 )
 
 // MaxVersion is the largest stream version a client may send as the
@@ -87,6 +94,19 @@ type ListInput struct {
 	AsOf time.Time
 }
 
+// SearchInput is the decoded payload of <entity>.search.
+type SearchInput struct {
+	// Q is the text searched for: 1 to MaxSearchText bytes with a letter or
+	// digit.
+	Q string
+	// Limit is 1…MaxListLimit (DefaultListLimit when absent).
+	Limit int
+	// Cursor is the opaque cursor of the previous page ("" = first).
+	Cursor string
+	// Filter are equality conditions as a list's.
+	Filter map[string]any
+}
+
 // SortKey is one ordering key of a list.
 type SortKey struct {
 	// Field is a JSON field name; its column is spec.ColumnName(Field).
@@ -100,6 +120,7 @@ var crudInputTypes = map[Kind]reflect.Type{
 	ID:     reflect.TypeFor[IDInput](),
 	Detail: reflect.TypeFor[DetailInput](),
 	List:   reflect.TypeFor[ListInput](),
+	Search: reflect.TypeFor[SearchInput](),
 }
 
 // CrudPayload is the payload of a CRUD handler or event of kind k on entity
@@ -274,6 +295,8 @@ func decodeCrud(kind Kind, e *Entity, obj map[string]any) (any, problems) {
 		return in, o.errs
 	case List:
 		return decodeList(e, obj)
+	case Search:
+		return decodeSearch(e, obj)
 	}
 	o.errs.fail("", kumikotype.FieldCodeType, "cannot be decoded")
 	return nil, o.errs
@@ -322,6 +345,52 @@ func decodeList(e *Entity, obj map[string]any) (any, problems) {
 		}
 	}
 	return in, errs
+}
+
+func decodeSearch(e *Entity, obj map[string]any) (any, problems) {
+	var errs problems
+	in := SearchInput{Limit: DefaultListLimit}
+	if obj["q"] == nil {
+		errs.fail("q", kumikotype.FieldCodeRequired, "is required")
+	}
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		v := obj[k]
+		if v == nil {
+			continue
+		}
+		switch k {
+		case "q":
+			s, ok := v.(string)
+			switch {
+			case !ok:
+				errs.fail(k, kumikotype.FieldCodeType, "must be a string")
+			case len(s) > MaxSearchText:
+				errs.fail(k, kumikotype.FieldCodeMax, fmt.Sprintf("must be at most %d bytes", MaxSearchText))
+			case !hasWord(s):
+				errs.fail(k, kumikotype.FieldCodeRequired, "must hold a letter or a digit")
+			}
+			in.Q = s
+		case "limit":
+			in.Limit = listLimit(v, &errs)
+		case "cursor":
+			s, ok := v.(string)
+			if !ok {
+				errs.fail(k, kumikotype.FieldCodeType, "must be a string")
+			}
+			in.Cursor = s
+		case "filter":
+			in.Filter = listFilter(e, v, &errs)
+		default:
+			errs.fail(joinKey("", k), kumikotype.FieldCodeUnknownField, "is not a known field")
+		}
+	}
+	return in, errs
+}
+
+// hasWord reports whether s holds a letter or a digit: something a search
+// can look for.
+func hasWord(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) >= 0
 }
 
 // listLimit reads a list's "limit"; DefaultListLimit when it does not fit.

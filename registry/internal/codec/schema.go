@@ -378,6 +378,18 @@ func crudSchema(e *Entity, kind Kind) (json.RawMessage, error) {
 			props["includeDeleted"] = map[string]any{"type": "boolean"}
 		}
 		return rootSchema(objectSchema(props, nil))
+	case Search:
+		filter := map[string]any{"id": uuidSchema()}
+		for _, name := range e.Names {
+			fs := e.Fields[name]
+			filter[name] = fieldSchema(spec.Field{Type: fs.Type, Enum: fs.Enum}, true)
+		}
+		return rootSchema(objectSchema(map[string]any{
+			"q":      map[string]any{"type": "string", "minLength": 1, "maxLength": MaxSearchText},
+			"limit":  map[string]any{"type": "integer", "minimum": 1, "maximum": MaxListLimit, "default": DefaultListLimit},
+			"cursor": map[string]any{"type": "string"},
+			"filter": objectSchema(filter, nil),
+		}, []string{"q"}))
 	}
 	return rootSchema(objectSchema(map[string]any{}, nil))
 }
@@ -429,6 +441,16 @@ func ResultSchema(e *Entity, k Kind) (json.RawMessage, error) {
 			"rows":       map[string]any{"type": "array", "items": state},
 			"nextCursor": map[string]any{"type": "string"},
 		}, []string{"rows", "nextCursor"}))
+	case Search:
+		hit := objectSchema(map[string]any{
+			"row":        state,
+			"rank":       map[string]any{"type": "number"},
+			"highlights": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
+		}, []string{"row", "rank", "highlights"})
+		return rootSchema(objectSchema(map[string]any{
+			"hits":       map[string]any{"type": "array", "items": hit},
+			"nextCursor": map[string]any{"type": "string"},
+		}, []string{"hits", "nextCursor"}))
 	}
 	return rootSchema(state)
 }

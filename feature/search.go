@@ -1,0 +1,71 @@
+package feature
+
+import (
+	"maps"
+
+	"github.com/kumiko-go/kumiko/internal/spec"
+)
+
+// Weight is how much a match in a searchable field counts in a search's
+// ranking: WeightA most, WeightD least.
+type Weight byte
+
+// The weights of SearchFields.
+const (
+	WeightA Weight = 'A'
+	WeightB Weight = 'B'
+	WeightC Weight = 'C'
+	WeightD Weight = 'D'
+)
+
+// SearchFields maps the searchable text fields of an entity (their JSON
+// names) to their weights.
+type SearchFields map[string]Weight
+
+// SearchOption configures Registrar.Search.
+type SearchOption struct {
+	apply   func(*spec.Search)
+	problem string
+}
+
+// SearchConfig names the PostgreSQL text search configuration the search
+// splits and normalises words with: "simple" (the default: no stemming,
+// fit for every language and for names), or a language's such as
+// "english" or "german" (stemming: "invoices" finds "invoice"). An
+// unknown configuration fails the start.
+func SearchConfig(name string) SearchOption {
+	o := SearchOption{apply: func(s *spec.Search) { s.Config = name }}
+	if name == "" {
+		o.problem = "SearchConfig needs a configuration name, such as simple or english"
+	}
+	return o
+}
+
+// Search makes entity, an entity of this feature with Crud, searchable by
+// the text fields in fields (see docs/search.md): the generated query
+// "<entity>.search" takes {"q", "filter", "limit", "cursor"} and answers
+// the matching rows of the caller's tenant, best first, with highlighted
+// snippets. A word matches as a prefix ("inv" finds "invoice") and with a
+// typo ("invocie" finds "invoice"). The query has the entity list's access
+// rule, and a field the caller may not read neither shows nor matches.
+// The index lives in the entity's read table and is kept in the write
+// transaction; a change of fields, weights or configuration reindexes at
+// the next start.
+func (r *Registrar) Search(entity string, fields SearchFields, opts ...SearchOption) {
+	it := item("search", entity)
+	def := spec.Search{Entity: entity, Fields: make(map[string]byte, len(fields))}
+	for name, w := range maps.All(fields) {
+		def.Fields[name] = byte(w)
+	}
+	for _, o := range opts {
+		if o.apply == nil {
+			r.problem(it, "zero SearchOption; use the feature option constructors")
+			continue
+		}
+		if o.problem != "" {
+			r.problem(it, "%s", o.problem)
+		}
+		o.apply(&def)
+	}
+	r.record(it, func(d *spec.Definitions) { d.Searches = append(d.Searches, def) })
+}
