@@ -218,7 +218,9 @@ type Config struct {
 	// Metrics, when set, gets the job metrics.
 	Metrics prometheus.Registerer
 	// Locker serves Exclusive jobs; default a Postgres locker on the
-	// store's pool.
+	// store's pool in the namespace "kumiko.<store schema>", so that apps
+	// sharing a database in schemas of their own never hold each other's
+	// job locks.
 	Locker lock.Locker
 	// RescueAfter is how long a job may stay running before the elected
 	// leader takes it for held by a process that died (its attempt never
@@ -329,7 +331,7 @@ func New(store *eventstore.Store, cfg Config, jobs ...Job) (*Runner, error) {
 		return nil, err
 	}
 	if cfg.Locker == nil {
-		l, err := lock.NewPostgres(store.Pool(), lock.PostgresConfig{})
+		l, err := lock.NewPostgres(store.Pool(), lock.PostgresConfig{Namespace: "kumiko." + store.Schema()})
 		if err != nil {
 			return nil, err
 		}

@@ -394,6 +394,28 @@ func TestExclusiveJobSkipsARunWhileAnotherWorks(t *testing.T) {
 	waitState(t, r, again.ID, "completed")
 }
 
+// Apps in schemas of their own on one database do not share job locks:
+// while one app's exclusive job works, another app's job of the same name
+// works too.
+func TestExclusiveJobsOfAnotherSchemaDoNotWait(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan int64, 2), make(chan struct{})
+	defer close(release)
+	work := func(_ context.Context, run jobs.Run) error {
+		started <- run.ID
+		<-release
+		return nil
+	}
+	a := newRunner(t, kumikotest.NewDB(t), jobs.Config{}, true, jobs.Job{Name: "digest", Exclusive: true, Work: work})
+	b := newRunner(t, kumikotest.NewDB(t), jobs.Config{}, true, jobs.Job{Name: "digest", Exclusive: true, Work: work})
+	first, err := a.Enqueue(t.Context(), "digest", nil, jobs.Options{})
+	require.NoError(t, err)
+	require.Equal(t, first.ID, receive(t, started))
+	other, err := b.Enqueue(t.Context(), "digest", nil, jobs.Options{})
+	require.NoError(t, err)
+	require.Equal(t, other.ID, receive(t, started), "the other app's run works while the first holds its lock")
+}
+
 // The runner counts attempts by job and outcome.
 func TestMetrics(t *testing.T) {
 	t.Parallel()

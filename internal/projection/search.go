@@ -72,6 +72,15 @@ func newSearchPlan(t *Entity) *searchPlan {
 // (not in an app's schema, which a test may drop) and returns the schema
 // holding it, quoted.
 func createTrgm(ctx context.Context, tx pgx.Tx) (string, error) {
+	if schema, err := findTrgm(ctx, tx); err == nil {
+		return schema, nil
+	}
+	// CREATE EXTENSION IF NOT EXISTS is no guard against another
+	// transaction creating it at the same time (a second app of the
+	// database starting): the lock makes the second wait and find it.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('kumiko.extension.pg_trgm', 0))`); err != nil {
+		return "", err
+	}
 	if _, err := tx.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA public`); err != nil {
 		return "", fmt.Errorf("search needs the extension pg_trgm (package postgresql-contrib): %w", err)
 	}
