@@ -45,8 +45,9 @@ func SearchConfig(name string) SearchOption {
 // the text fields in fields (see docs/search.md): the generated query
 // "<entity>.search" takes {"q", "filter", "limit", "cursor"} and answers
 // the matching rows of the caller's tenant, best first, with highlighted
-// snippets. A word matches as a prefix ("inv" finds "invoice") and with a
-// typo ("invocie" finds "invoice"). The query has the entity list's access
+// snippets. Every word must match: as a prefix ("inv" finds "invoice"),
+// or — when nothing matches so — with a typo ("invocie" finds "invoice").
+// The query has the entity list's access
 // rule, and a field the caller may not read neither shows nor matches.
 // The index lives in the entity's read table and is kept in the write
 // transaction; a change of fields, weights or configuration reindexes at

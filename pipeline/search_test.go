@@ -104,6 +104,10 @@ func TestSearchFindsRanksAndHighlights(t *testing.T) {
 	first := search(t, app, agent, `{"q":"invoice","limit":1}`)
 	require.Equal(t, []string{"Invoice 5 < 7 & overdue <script>"}, first.titles())
 	require.NotEmpty(t, first.NextCursor)
+	typo := search(t, app, agent, `{"q":"invocie","limit":1}`)
+	require.Equal(t, []string{"Invoice 5 < 7 & overdue <script>"}, typo.titles())
+	require.Equal(t, []string{"Printer jammed"}, search(t, app, agent, fmt.Sprintf(`{"q":"invocie","limit":1,"cursor":%q}`, typo.NextCursor)).titles(),
+		"the pages of a search with typos match with typos")
 	second := search(t, app, agent, fmt.Sprintf(`{"q":"invoice","limit":1,"cursor":%q}`, first.NextCursor))
 	require.Equal(t, []string{"Printer jammed"}, second.titles())
 	require.Empty(t, second.NextCursor)

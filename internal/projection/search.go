@@ -193,10 +193,12 @@ type SearchHit struct {
 	Highlights map[string]string `json:"highlights"`
 }
 
-// searchCursor is the position after a page: the query it belongs to, and
-// the rank and id of the page's last hit.
+// searchCursor is the position after a page: the query it belongs to,
+// whether its pages match with typos, and the rank and id of the page's
+// last hit.
 type searchCursor struct {
 	Query string    `json:"q"`
+	Typos bool      `json:"t,omitempty"`
 	Rank  float32   `json:"r"`
 	ID    uuid.UUID `json:"i"`
 }
@@ -211,11 +213,21 @@ func searchWords(q string) []string {
 	return words
 }
 
+// searchQuery is one search as SQL is made of it.
+type searchQuery struct {
+	t        *Entity
+	u        feature.User
+	in       registry.SearchInput
+	words    []string
+	readable []searchField
+	trgm     string // the schema of pg_trgm, quoted
+}
+
 // Search answers an entity's search query for u: the rows of u's tenant
-// in which the words of in.Q match — by a word's prefix in the full-text
-// index, or by trigram similarity for a typo — best first, then by id,
-// with highlighted snippets. Only the searchable fields u may read match,
-// rank and highlight.
+// in which every word of in.Q matches a searchable field u may read, best
+// first, then by id, with highlighted snippets. A word matches as the
+// prefix of a word of the field; when no row matches so, the search
+// matches again with typos (trigram similarity), and its pages stay so.
 func (s *Side) Search(ctx context.Context, u feature.User, t *Entity, in registry.SearchInput) (SearchResult, error) {
 	p := t.search
 	if p == nil {
@@ -226,21 +238,20 @@ func (s *Side) Search(ctx context.Context, u feature.User, t *Entity, in registr
 			return SearchResult{}, err
 		}
 	}
-	words := searchWords(in.Q)
-	var readable []searchField
+	q := searchQuery{t: t, u: u, in: in, words: searchWords(in.Q)}
 	for _, f := range p.fields {
 		if t.specs[f.name].CanRead(u.Authenticated, u.HasRole) {
-			readable = append(readable, f)
+			q.readable = append(q.readable, f)
 		}
 	}
 	res := SearchResult{Hits: []SearchHit{}}
-	if len(words) == 0 || len(readable) == 0 {
+	if len(q.words) == 0 || len(q.readable) == 0 {
 		return res, nil
 	}
 	// The query, as the cursor binds it: the words and the fields they
 	// are matched in.
-	fingerprint := strings.Join(words, " ")
-	for _, f := range readable {
+	fingerprint := strings.Join(q.words, " ")
+	for _, f := range q.readable {
 		fingerprint += "\x00" + f.name
 	}
 	h := sha256.Sum256([]byte(fingerprint))
@@ -259,15 +270,45 @@ func (s *Side) Search(ctx context.Context, u feature.User, t *Entity, in registr
 			return res, kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this search", err)
 		}
 	}
+	var err error
+	if q.trgm, err = s.trgmSchema(ctx); err != nil {
+		return res, err
+	}
+	typos := cur != nil && cur.Typos
+	hits, err := s.searchHits(ctx, q, cur, typos)
+	if err == nil && len(hits) == 0 && cur == nil {
+		typos = true
+		hits, err = s.searchHits(ctx, q, nil, true)
+	}
+	if err != nil {
+		return res, err
+	}
+	if len(hits) > in.Limit {
+		hits = hits[:in.Limit]
+		last := hits[len(hits)-1]
+		id, _ := uuid.Parse(fmt.Sprint(last.Row["id"]))
+		raw, _ := json.Marshal(searchCursor{Query: queryID, Typos: typos, Rank: float32(last.Rank), ID: id})
+		res.NextCursor = base64.RawURLEncoding.EncodeToString(raw)
+	}
+	for i := range hits {
+		hits[i].Row = t.Visible(hits[i].Row, u)
+	}
+	res.Hits = hits
+	return res, nil
+}
 
-	prefixes := make([]string, len(words))
-	for i, w := range words {
+// searchHits runs one page of q (up to one hit more than its limit) after
+// cur, matching with typos or not.
+func (s *Side) searchHits(ctx context.Context, q searchQuery, cur *searchCursor, typos bool) ([]SearchHit, error) {
+	t := q.t
+	prefixes := make([]string, len(q.words))
+	for i, w := range q.words {
 		prefixes[i] = "'" + w + "':*" // letters and digits only: nothing to escape
 	}
 	// $2: any word's prefix, which ranks and highlights; $3: the words, for
 	// the typo similarity; $4: the configuration. Each word must match a
-	// readable field, by its prefix or with a typo.
-	args := []any{[16]byte(t.Tenant(u)), strings.Join(prefixes, " | "), strings.Join(words, " "), p.config}
+	// readable field.
+	args := []any{[16]byte(t.Tenant(q.u)), strings.Join(prefixes, " | "), strings.Join(q.words, " "), t.search.config}
 	arg := func(v any, typ string) string {
 		args = append(args, toText(v, typ))
 		return fmt.Sprintf("$%d::text::%s", len(args), typ)
@@ -276,33 +317,44 @@ func (s *Side) Search(ctx context.Context, u feature.User, t *Entity, in registr
 	if t.soft {
 		where = append(where, "deleted_at IS NULL")
 	}
-	where = append(where, t.filterWhere(in.Filter, arg)...)
-	trgm, err := s.trgmSchema(ctx)
-	if err != nil {
-		return res, err
-	}
-	for i, w := range words {
-		args = append(args, prefixes[i], w)
-		prefix, word := fmt.Sprintf("to_tsquery($4::regconfig, $%d)", len(args)-1), fmt.Sprintf("$%d::text", len(args))
+	where = append(where, t.filterWhere(q.in.Filter, arg)...)
+	similarTo := "q.words OPERATOR(" + q.trgm + ".<%) "
+	for i, w := range q.words {
+		args = append(args, prefixes[i])
+		prefix, word := fmt.Sprintf("to_tsquery($4::regconfig, $%d)", len(args)), ""
+		if typos {
+			args = append(args, w)
+			word = fmt.Sprintf("$%d::text", len(args))
+		}
 		var any []string
-		for _, f := range readable {
-			any = append(any, pgx.Identifier{f.vector}.Sanitize()+" @@ "+prefix, word+" OPERATOR("+trgm+".<%) "+f.col)
+		for _, f := range q.readable {
+			any = append(any, pgx.Identifier{f.vector}.Sanitize()+" @@ "+prefix)
+			if typos {
+				any = append(any, word+" OPERATOR("+q.trgm+".<%) "+f.col)
+			}
 		}
 		where = append(where, "("+strings.Join(any, " OR ")+")")
 	}
 	var vectors, similar, heads []string
-	for _, f := range readable {
+	for _, f := range q.readable {
 		vec := pgx.Identifier{f.vector}.Sanitize()
 		vectors = append(vectors, vec)
-		// A typo match ranks below every full-text match of the field's
-		// weight: by its similarity, scaled like ts_rank's weights.
-		similar = append(similar, fmt.Sprintf("CASE WHEN %s @@ q.q THEN 0 ELSE %s.word_similarity(q.words, coalesce(%s, '')) * %s END",
-			vec, trgm, f.col, weightScale(f.weight)))
-		heads = append(heads, fmt.Sprintf(`CASE WHEN %s @@ q.q OR q.words OPERATOR(`+trgm+`.<%%) %s
+		matched := vec + " @@ q.q"
+		if typos {
+			// A typo match ranks by its similarity, scaled like ts_rank's
+			// weights.
+			similar = append(similar, fmt.Sprintf("CASE WHEN %s @@ q.q THEN 0 ELSE %s.word_similarity(q.words, coalesce(%s, '')) * %s END",
+				vec, q.trgm, f.col, weightScale(f.weight)))
+			matched += " OR " + similarTo + f.col
+		}
+		heads = append(heads, fmt.Sprintf(`CASE WHEN %s
 	THEN ts_headline(q.config, %s, q.q, 'StartSel="`+markStart+`", StopSel="`+markStop+`", MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=" … "') END`,
-			vec, f.col, f.col))
+			matched, f.col))
 	}
-	rank := fmt.Sprintf("(ts_rank(%s, q.q) + greatest(%s))::real", strings.Join(vectors, " || "), strings.Join(similar, ", "))
+	rank := fmt.Sprintf("ts_rank(%s, q.q)::real", strings.Join(vectors, " || "))
+	if typos {
+		rank = fmt.Sprintf("(ts_rank(%s, q.q) + greatest(%s))::real", strings.Join(vectors, " || "), strings.Join(similar, ", "))
+	}
 	after := ""
 	if cur != nil {
 		r, id := arg(cur.Rank, "real"), arg(cur.ID.String(), "uuid")
@@ -310,9 +362,16 @@ func (s *Side) Search(ctx context.Context, u feature.User, t *Entity, in registr
 	}
 	sql := fmt.Sprintf(`WITH q AS (SELECT to_tsquery($4::regconfig, $2) AS q, $3::text AS words, $4::regconfig AS config)
 SELECT * FROM (SELECT %s, %s AS rank, %s FROM %s, q WHERE %s) hits %s ORDER BY rank DESC, id LIMIT %d`,
-		t.selectList, rank, strings.Join(heads, ", "), t.table, strings.Join(where, " AND "), after, in.Limit+1)
+		t.selectList, rank, strings.Join(heads, ", "), t.table, strings.Join(where, " AND "), after, q.in.Limit+1)
+	if !typos {
+		rows, err := s.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, err
+		}
+		return t.scanHits(rows, q.readable)
+	}
 	var hits []SearchHit
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		batch.Queue(`SELECT set_config('pg_trgm.word_similarity_threshold', '` + typoThreshold + `', true)`)
 		batch.Queue(sql, args...)
@@ -325,24 +384,10 @@ SELECT * FROM (SELECT %s, %s AS rank, %s FROM %s, q WHERE %s) hits %s ORDER BY r
 		if err != nil {
 			return err
 		}
-		hits, err = t.scanHits(r, readable)
+		hits, err = t.scanHits(r, q.readable)
 		return err
 	})
-	if err != nil {
-		return res, err
-	}
-	if len(hits) > in.Limit {
-		hits = hits[:in.Limit]
-		last := hits[len(hits)-1]
-		id, _ := uuid.Parse(fmt.Sprint(last.Row["id"]))
-		raw, _ := json.Marshal(searchCursor{Query: queryID, Rank: float32(last.Rank), ID: id})
-		res.NextCursor = base64.RawURLEncoding.EncodeToString(raw)
-	}
-	for i := range hits {
-		hits[i].Row = t.Visible(hits[i].Row, u)
-	}
-	res.Hits = hits
-	return res, nil
+	return hits, err
 }
 
 // The markers ts_headline puts around a match; the snippet is
