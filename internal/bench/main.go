@@ -104,16 +104,17 @@ type config struct {
 type sizes struct {
 	drain, mem, relay, job, insert, rebuild int
 	partSlow, partNoop                      int // the partitions group's backlogs (see partitions.go)
+	searchRows                              int // the documents the search group searches (see search.go)
 }
 
 // sizesFor is the full sizes, or a tenth of them (a twentieth of the
 // memory drain's) for a quick run.
 func sizesFor(quick bool) sizes {
 	s := sizes{drain: drainBacklog, mem: memBacklog, relay: relayBacklog, job: jobBacklog, insert: insertBacklog, rebuild: rebuildEvents,
-		partSlow: partSlowBacklog, partNoop: partNoopBacklog}
+		partSlow: partSlowBacklog, partNoop: partNoopBacklog, searchRows: 1_000_000}
 	if quick {
 		s = sizes{drain: s.drain / 10, mem: s.mem / 20, relay: s.relay / 10, job: s.job / 10, insert: s.insert / 10, rebuild: s.rebuild / 10,
-			partSlow: s.partSlow / 10, partNoop: s.partNoop / 10}
+			partSlow: s.partSlow / 10, partNoop: s.partNoop / 10, searchRows: s.searchRows / 10}
 	}
 	return s
 }
@@ -139,7 +140,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured time per side of each comparison")
 	flag.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "warm-up time per side before each comparison")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "alternating framework/raw rounds the duration is split into")
-	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs, asof, partitions, personal); all when empty")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated groups to run (append, batch, load, pipeline, http, dispatcher, rebuild, integration, jobs, asof, partitions, personal, search); all when empty")
 	flag.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run (framework and raw sides alike) to this file, for go tool pprof; a consuming process started by the run writes its own to FILE.<consumer>.<n>")
 	flag.BoolVar(&cfg.cpu, "cpu", false, "print each comparison's CPU time per unit of both sides: this process's and the local PostgreSQL server's (read from /proc)")
 	flag.BoolVar(&cfg.quick, "quick", false, "a smoke run under two minutes: 300ms per side, 1 round, 100ms warm-up, a tenth of the events (the ratios are rough)")
@@ -274,7 +275,7 @@ func run(cfg config) error {
 	}{
 		{"append", b.appendRows}, {"batch", b.batchRows}, {"load", b.loadRows}, {"pipeline", b.pipelineRows},
 		{"http", b.httpRows}, {"dispatcher", b.dispatcherRows}, {"rebuild", b.rebuildRows}, {"integration", b.integrationRows}, {"jobs", b.jobRows}, {"asof", b.asOfRows},
-		{"partitions", b.partitionRows}, {"personal", b.personalRows},
+		{"partitions", b.partitionRows}, {"personal", b.personalRows}, {"search", b.searchRows},
 	}
 	for _, g := range groups {
 		if cfg.only != "" && !slices.Contains(strings.Split(cfg.only, ","), g.name) {

@@ -348,7 +348,7 @@ func (s *Side) searchHits(ctx context.Context, q searchQuery, cur *searchCursor,
 			matched += " OR " + similarTo + f.col
 		}
 		heads = append(heads, fmt.Sprintf(`CASE WHEN %s
-	THEN ts_headline(q.config, %s, q.q, 'StartSel="`+markStart+`", StopSel="`+markStop+`", MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=" … "') END`,
+	THEN ts_headline(q.config, %s, q.q, 'StartSel="`+markStart+`", StopSel="`+markStop+`", MaxWords=24, MinWords=8') END`,
 			matched, f.col))
 	}
 	rank := fmt.Sprintf("ts_rank(%s, q.q)::real", strings.Join(vectors, " || "))
@@ -360,9 +360,12 @@ func (s *Side) searchHits(ctx context.Context, q searchQuery, cur *searchCursor,
 		r, id := arg(cur.Rank, "real"), arg(cur.ID.String(), "uuid")
 		after = fmt.Sprintf("WHERE rank < %s OR (rank = %s AND id > %s)", r, r, id)
 	}
+	// The page is found first; only its rows get snippets.
 	sql := fmt.Sprintf(`WITH q AS (SELECT to_tsquery($4::regconfig, $2) AS q, $3::text AS words, $4::regconfig AS config)
-SELECT * FROM (SELECT %s, %s AS rank, %s FROM %s, q WHERE %s) hits %s ORDER BY rank DESC, id LIMIT %d`,
-		t.selectList, rank, strings.Join(heads, ", "), t.table, strings.Join(where, " AND "), after, q.in.Limit+1)
+SELECT %s, rank, %s FROM (
+	SELECT * FROM (SELECT %s.*, %s AS rank FROM %s, q WHERE %s) hits %s ORDER BY rank DESC, id LIMIT %d
+) page, q ORDER BY rank DESC, id`,
+		t.selectList, strings.Join(heads, ", "), t.table, rank, t.table, strings.Join(where, " AND "), after, q.in.Limit+1)
 	if !typos {
 		rows, err := s.pool.Query(ctx, sql, args...)
 		if err != nil {
@@ -431,7 +434,7 @@ func (t *Entity) scanHits(rows pgx.Rows, fields []searchField) ([]SearchHit, err
 		}
 		for i, f := range fields {
 			if s, ok := vals[rowCols+1+i].(string); ok && strings.Contains(s, markStart) {
-				hit.Highlights[f.name] = markReplacer.Replace(html.EscapeString(s))
+				hit.Highlights[f.name] = markReplacer.Replace(html.EscapeString(strings.TrimSpace(s)))
 			}
 		}
 		out = append(out, hit)
