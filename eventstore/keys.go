@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -97,7 +98,7 @@ func (l *LocalKeys) KeyID() string { return l.current }
 // Wrap encrypts dataKey with the current KEK: a random nonce, then the
 // sealed key.
 func (l *LocalKeys) Wrap(_ context.Context, dataKey []byte) ([]byte, error) {
-	return seal(l.keks[l.current], dataKey, []byte(l.current))
+	return seal(nil, l.keks[l.current], dataKey, []byte(l.current))
 }
 
 // Unwrap decrypts a key wrapped with the KEK keyID.
@@ -106,7 +107,7 @@ func (l *LocalKeys) Unwrap(_ context.Context, keyID string, wrapped []byte) ([]b
 	if aead == nil {
 		return nil, fmt.Errorf("%w: no key-encryption key %s is configured", ErrDataKey, keyID)
 	}
-	k, err := open(aead, wrapped, []byte(keyID))
+	k, err := open(nil, aead, wrapped, []byte(keyID))
 	if err != nil {
 		return nil, fmt.Errorf("%w: the wrapped key does not open with %s", ErrDataKey, keyID)
 	}
@@ -125,23 +126,26 @@ func newGCM(key []byte) (cipher.AEAD, error) {
 	return cipher.NewGCM(block)
 }
 
-// seal encrypts plain with aead under a random nonce, authenticating aad:
-// nonce followed by the sealed text.
-func seal(aead cipher.AEAD, plain, aad []byte) ([]byte, error) {
-	out := make([]byte, aead.NonceSize(), aead.NonceSize()+len(plain)+aead.Overhead())
-	if _, err := rand.Read(out); err != nil {
+// seal encrypts plain with aead under a random nonce, authenticating aad,
+// and appends the nonce followed by the sealed text to dst.
+func seal(dst []byte, aead cipher.AEAD, plain, aad []byte) ([]byte, error) {
+	n := len(dst)
+	dst = slices.Grow(dst, aead.NonceSize()+len(plain)+aead.Overhead())[:n+aead.NonceSize()]
+	nonce := dst[n:]
+	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
 	}
-	return aead.Seal(out, out, plain, aad), nil
+	return aead.Seal(dst, nonce, plain, aad), nil
 }
 
-// open reverses seal.
-func open(aead cipher.AEAD, sealed, aad []byte) ([]byte, error) {
+// open reverses seal, appending the plain text to dst. dst's spare
+// capacity must not overlap sealed.
+func open(dst []byte, aead cipher.AEAD, sealed, aad []byte) ([]byte, error) {
 	if len(sealed) < aead.NonceSize()+aead.Overhead() {
 		return nil, errors.New("sealed value too short")
 	}
 	n := aead.NonceSize()
-	return aead.Open(nil, sealed[:n], sealed[n:], aad)
+	return aead.Open(dst, sealed[:n], sealed[n:], aad)
 }
 
 // dataKeys caches, for an append, the data key each subject was last seen
@@ -211,6 +215,18 @@ func (d *dataKeys) aead(ctx context.Context, p KeyProvider, kek string, wrapped 
 	}
 	d.put(kek, wrapped, a)
 	return a, nil
+}
+
+// aeadBytes is aead for a KEK id and a wrapped key read from a row: a
+// cached cipher is found without copying them.
+func (d *dataKeys) aeadBytes(ctx context.Context, p KeyProvider, kek, wrapped []byte) (cipher.AEAD, error) {
+	d.mu.Lock()
+	a := d.ciphers[string(kek)][string(wrapped)]
+	d.mu.Unlock()
+	if a != nil {
+		return a, nil
+	}
+	return d.aead(ctx, p, string(kek), wrapped)
 }
 
 // put caches a, the cipher of the data key wrapped as wrapped with kek.

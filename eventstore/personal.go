@@ -11,8 +11,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -42,85 +42,228 @@ type wrappedKey struct {
 	wrapped []byte
 }
 
-// sealedKeys decodes what keysOfRow answers: subject →
-// [kek id, base64 of the wrapped key].
-func sealedKeys(raw []byte) (map[string]wrappedKey, error) {
+// rowField is a sealed field of a stored row and its subject, as the row's
+// personal column has them.
+type rowField struct{ field, subject []byte }
+
+// rowFieldsOf decodes a row's personal column (field → subject), appending
+// to dst.
+func rowFieldsOf(personal []byte, dst []rowField) ([]rowField, error) {
+	var buf [8]jsonMember
+	if obj, ok := scanObject(personal, buf[:0]); ok {
+		for _, m := range obj.members {
+			if !m.plainName || !m.plainValue {
+				ok = false
+				break
+			}
+			dst = append(dst, rowField{field: personal[m.nameStart+1 : m.nameEnd-1], subject: personal[m.valueStart+1 : m.valueEnd-1]})
+		}
+		if ok {
+			return dst, nil
+		}
+	}
+	// Escapes, or not an object of strings: encoding/json decodes it, or
+	// tells what is wrong with it.
+	var fields map[string]string
+	if err := json.Unmarshal(personal, &fields); err != nil {
+		return nil, err
+	}
+	dst = dst[:0]
+	for field, subject := range fields {
+		dst = append(dst, rowField{[]byte(field), []byte(subject)})
+	}
+	return dst, nil
+}
+
+// rowKey is a subject's wrapped data key as a read answers it
+// (keysOfRow), and its cipher once looked up.
+type rowKey struct {
+	subject, kek, wrapped []byte
+	aead                  cipher.AEAD
+	looked                bool
+}
+
+// rowKeysOf decodes what keysOfRow answers (subject → [kek id, base64 of
+// the wrapped key]), appending to dst.
+func rowKeysOf(raw []byte, dst []rowKey) ([]rowKey, error) {
 	if raw == nil {
-		return nil, nil
+		return dst, nil
+	}
+	var buf [4]jsonMember
+	if obj, ok := scanObject(raw, buf[:0]); ok {
+		for _, m := range obj.members {
+			kek, wrapped, pair := stringPair(raw[m.valueStart:m.valueEnd])
+			if !m.plainName || !pair {
+				ok = false
+				break
+			}
+			w, err := base64.StdEncoding.AppendDecode(nil, wrapped)
+			if err != nil {
+				return nil, err
+			}
+			dst = append(dst, rowKey{subject: raw[m.nameStart+1 : m.nameEnd-1], kek: kek, wrapped: w})
+		}
+		if ok {
+			return dst, nil
+		}
 	}
 	var m map[string][2]string
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, err
 	}
-	out := make(map[string]wrappedKey, len(m))
+	dst = dst[:0]
 	for subject, k := range m {
 		w, err := base64.StdEncoding.DecodeString(k[1])
 		if err != nil {
 			return nil, err
 		}
-		out[subject] = wrappedKey{kek: k[0], wrapped: w}
+		dst = append(dst, rowKey{subject: []byte(subject), kek: []byte(k[0]), wrapped: w})
 	}
-	return out, nil
+	return dst, nil
 }
 
-// aadOf is what a sealed value is authenticated with: where it is stored
-// (place: an event's or a snapshot's identity), its field and its subject.
-func aadOf(place, field, subject string) []byte {
-	return []byte(place + "|" + field + "|" + subject)
+// keyOf returns subject's key among keys; nil when it has none (forgotten).
+func keyOf(keys []rowKey, subject []byte) *rowKey {
+	for i := range keys {
+		if bytes.Equal(keys[i].subject, subject) {
+			return &keys[i]
+		}
+	}
+	return nil
 }
 
-// eventPlace is an event's identity for aadOf.
+// appendAAD appends what a sealed value is authenticated with: where it is
+// stored (place: an event's or a snapshot's identity), its field and its
+// subject.
+func appendAAD[T string | []byte](dst []byte, place string, field, subject T) []byte {
+	dst = append(dst, place...)
+	dst = append(dst, '|')
+	dst = append(dst, field...)
+	dst = append(dst, '|')
+	return append(dst, subject...)
+}
+
+// eventPlace is an event's identity for appendAAD.
 func eventPlace(tenant, stream uuid.UUID, version int, typ string) string {
 	return "event|" + tenant.String() + "|" + stream.String() + "|" + strconv.Itoa(version) + "|" + typ
 }
 
-// snapshotPlace is a snapshot's identity for aadOf.
+// snapshotPlace is a snapshot's identity for appendAAD.
 func snapshotPlace(tenant, stream uuid.UUID, version int) string {
 	return "snapshot|" + tenant.String() + "|" + stream.String() + "|" + strconv.Itoa(version)
 }
 
+// The sizes of an AES-GCM nonce and tag, for estimating sealed lengths.
+const gcmNonceSize, gcmTagSize = 12, 16
+
 // sealFields returns the JSON object payload with each field of personal
 // that it holds (and that is not null) sealed with its subject's cipher,
-// and the fields it sealed with their subjects (nil: none).
-func sealFields(payload []byte, personal map[string]string, cipherOf func(subject string) cipher.AEAD, place string) ([]byte, map[string]string, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &obj); err != nil {
-		return nil, nil, fmt.Errorf("personal fields: the payload is not a JSON object: %w", err)
+// and the personal column of the fields it sealed: a JSON object, field →
+// subject (nil: none). Fields are top-level names; the payload is
+// rewritten in place: only the sealed values change, except that a sealed
+// field's name appearing more than once keeps only its last member, the
+// one sealed (the one encoding/json and jsonb read).
+func sealFields(payload []byte, personal map[string]string, cipherOf func(subject string) cipher.AEAD, place string) ([]byte, *string, error) {
+	var buf [16]jsonMember
+	obj, ok := scanObject(payload, buf[:0])
+	if !ok {
+		return nil, nil, fmt.Errorf("personal fields: the payload is not a JSON object: %w", jsonObjectError(payload))
 	}
-	var sealed map[string]string
-	for field, subject := range personal {
-		v, ok := obj[field]
-		if !ok || string(v) == "null" {
-			continue
+	ms := obj.members
+	grow := 0
+	for field := range personal {
+		last := -1
+		for i := len(ms) - 1; i >= 0; i-- {
+			switch {
+			case string(ms[i].name(payload)) != field:
+			case last >= 0:
+				ms[i].op = dropMember
+			default:
+				last = i
+				if n := ms[i].valueEnd - ms[i].valueStart; string(payload[ms[i].valueStart:ms[i].valueEnd]) != "null" {
+					ms[i].op = replaceMember
+					grow += len(sealedPrefix) + 2 + base64.RawStdEncoding.EncodedLen(gcmNonceSize+n+gcmTagSize) - n
+				}
+			}
 		}
-		aead := cipherOf(subject)
-		if aead == nil {
-			return nil, nil, fmt.Errorf("personal field %s: no data key for subject %q", field, subject)
-		}
-		text, err := seal(aead, v, aadOf(place, field, subject))
-		if err != nil {
-			return nil, nil, err
-		}
-		obj[field], _ = json.Marshal(sealedPrefix + base64.RawStdEncoding.EncodeToString(text))
-		if sealed == nil {
-			sealed = map[string]string{}
-		}
-		sealed[field] = subject
 	}
-	if sealed == nil {
+	if grow == 0 {
 		return payload, nil, nil
 	}
-	out, err := json.Marshal(obj)
-	return out, sealed, err
+	out := make([]byte, 0, len(payload)+grow)
+	column := append(make([]byte, 0, 32*len(personal)), '{')
+	var aad, text []byte
+	prev := 0
+	for i := range ms {
+		m := &ms[i]
+		switch m.op {
+		case dropMember: // a later member has the name
+			out = append(out, payload[prev:m.nameStart]...)
+			prev = ms[i+1].nameStart
+		case replaceMember:
+			field := m.name(payload)
+			subject := personal[string(field)]
+			aead := cipherOf(subject)
+			if aead == nil {
+				return nil, nil, fmt.Errorf("personal field %s: no data key for subject %q", field, subject)
+			}
+			aad = appendAAD(aad[:0], place, field, []byte(subject))
+			var err error
+			if text, err = seal(text[:0], aead, payload[m.valueStart:m.valueEnd], aad); err != nil {
+				return nil, nil, err
+			}
+			out = append(out, payload[prev:m.valueStart]...)
+			out = append(out, '"')
+			out = append(out, sealedPrefix...)
+			out = base64.RawStdEncoding.AppendEncode(out, text)
+			out = append(out, '"')
+			prev = m.valueEnd
+			if len(column) > 1 {
+				column = append(column, ',')
+			}
+			column = appendJSONString(column, field)
+			column = append(column, ':')
+			column = appendJSONString(column, subject)
+		}
+	}
+	out = append(out, payload[prev:]...)
+	sealed := string(append(column, '}'))
+	return out, &sealed, nil
+}
+
+// jsonObjectError is what encoding/json answers when data, which
+// scanObject refused, is decoded as an object.
+func jsonObjectError(data []byte) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return err
+	}
+	return errors.New("not a JSON object") // not reached: scanObject accepts what decodes
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// does.
+func appendJSONString[T string | []byte](dst []byte, s T) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(string(s))
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // openSealed is openFields for a row's personal and keys columns as read.
 func (s *Store) openSealed(ctx context.Context, payload json.RawMessage, personal, keys []byte, place string) (json.RawMessage, error) {
-	var fields map[string]string
-	if err := json.Unmarshal(personal, &fields); err != nil {
+	var fbuf [8]rowField
+	fields, err := rowFieldsOf(personal, fbuf[:0])
+	if err != nil {
 		return nil, err
 	}
-	ks, err := sealedKeys(keys)
+	var kbuf [4]rowKey
+	ks, err := rowKeysOf(keys, kbuf[:0])
 	if err != nil {
 		return nil, err
 	}
@@ -128,45 +271,122 @@ func (s *Store) openSealed(ctx context.Context, payload json.RawMessage, persona
 }
 
 // openFields returns the stored JSON object payload with its sealed fields
-// (personal: field → subject) opened with the subjects' keys; a field whose
-// subject has no key (forgotten) or that does not open reads as null.
-func (s *Store) openFields(ctx context.Context, payload []byte, personal map[string]string, keys map[string]wrappedKey, place string) ([]byte, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &obj); err != nil {
-		return nil, err
+// opened with the subjects' keys; a field whose subject has no key
+// (forgotten) or that does not open reads as null, and so does a field the
+// payload lacks. Like sealFields it rewrites the payload in place.
+func (s *Store) openFields(ctx context.Context, payload []byte, fields []rowField, keys []rowKey, place string) ([]byte, error) {
+	var buf [16]jsonMember
+	obj, ok := scanObject(payload, buf[:0])
+	if !ok {
+		return nil, jsonObjectError(payload)
 	}
-	for field, subject := range personal {
-		obj[field] = s.openValue(ctx, obj[field], keys, place, field, subject)
+	if obj.null || len(fields) == 0 {
+		return payload, nil
 	}
-	return json.Marshal(obj)
+	ms := obj.members
+	// Which field each member is (the last entry of a field named twice),
+	// and whether the payload has it.
+	var seenBuf [8]bool
+	seen := seenBuf[:0]
+	seen = append(seen, make([]bool, len(fields))...)
+	for i := len(ms) - 1; i >= 0; i-- {
+		name := ms[i].name(payload)
+		f := slices.IndexFunc(fields, func(f rowField) bool { return bytes.Equal(f.field, name) })
+		if f < 0 {
+			continue
+		}
+		if l := lastField(fields, f); seen[l] {
+			ms[i].op = dropMember
+		} else {
+			seen[l], ms[i].op, ms[i].field = true, replaceMember, l
+		}
+	}
+	out := make([]byte, 0, len(payload))
+	var aad, text []byte
+	prev := 0
+	for i := range ms {
+		m := &ms[i]
+		switch m.op {
+		case dropMember:
+			out = append(out, payload[prev:m.nameStart]...)
+			prev = ms[i+1].nameStart
+		case replaceMember:
+			f := fields[m.field]
+			out = append(out, payload[prev:m.valueStart]...)
+			aad = appendAAD(aad[:0], place, f.field, f.subject)
+			out, text = s.appendOpened(ctx, out, text, payload[m.valueStart:m.valueEnd], m.plainValue, keyOf(keys, f.subject), aad)
+			prev = m.valueEnd
+		}
+	}
+	out = append(out, payload[prev:obj.end]...)
+	comma := len(ms) > 0
+	for i, f := range fields {
+		if seen[i] || lastField(fields, i) != i {
+			continue
+		}
+		if comma {
+			out = append(out, ',')
+		}
+		out = append(appendJSONString(out, f.field), ":null"...)
+		comma = true
+	}
+	return append(out, payload[obj.end:]...), nil
 }
 
-var jsonNull = json.RawMessage("null")
+// lastField returns the index of the last of fields named as fields[i].
+func lastField(fields []rowField, i int) int {
+	for j := len(fields) - 1; j > i; j-- {
+		if bytes.Equal(fields[j].field, fields[i].field) {
+			return j
+		}
+	}
+	return i
+}
 
-// openValue opens one sealed value; null when it cannot.
-func (s *Store) openValue(ctx context.Context, v json.RawMessage, keys map[string]wrappedKey, place, field, subject string) json.RawMessage {
-	k, ok := keys[subject]
-	if !ok || s.cfg.Keys == nil {
-		return jsonNull
+var jsonNull = []byte("null")
+
+// appendOpened appends to dst the sealed value v (plain: a JSON string
+// without escapes) opened with the subject's key k, authenticated with
+// aad; null when it does not open. text is scratch space, returned for
+// reuse.
+func (s *Store) appendOpened(ctx context.Context, dst, text, v []byte, plain bool, k *rowKey, aad []byte) (out, scratch []byte) {
+	if k == nil || s.cfg.Keys == nil {
+		return append(dst, jsonNull...), text
 	}
-	var str string
-	if json.Unmarshal(v, &str) != nil || !strings.HasPrefix(str, sealedPrefix) {
-		return jsonNull
+	var str []byte
+	switch {
+	case plain:
+		str = v[1 : len(v)-1]
+	case len(v) > 0 && v[0] == '"':
+		var decoded string
+		if json.Unmarshal(v, &decoded) != nil {
+			return append(dst, jsonNull...), text
+		}
+		str = []byte(decoded)
+	default:
+		return append(dst, jsonNull...), text
 	}
-	text, err := base64.RawStdEncoding.DecodeString(str[len(sealedPrefix):])
+	if !bytes.HasPrefix(str, []byte(sealedPrefix)) {
+		return append(dst, jsonNull...), text
+	}
+	text, err := base64.RawStdEncoding.AppendDecode(text[:0], str[len(sealedPrefix):])
 	if err != nil {
-		return jsonNull
+		return append(dst, jsonNull...), text
 	}
-	aead, err := s.keys.aead(ctx, s.cfg.Keys, k.kek, k.wrapped)
+	if !k.looked {
+		k.looked = true
+		if k.aead, err = s.keys.aeadBytes(ctx, s.cfg.Keys, k.kek, k.wrapped); err != nil {
+			s.cfg.Logger.Error("eventstore: a subject's data key does not unwrap", "subject", string(k.subject), "kek", string(k.kek), "err", err)
+		}
+	}
+	if k.aead == nil {
+		return append(dst, jsonNull...), text
+	}
+	opened, err := open(dst, k.aead, text, aad)
 	if err != nil {
-		s.cfg.Logger.Error("eventstore: a subject's data key does not unwrap", "subject", subject, "kek", k.kek, "err", err)
-		return jsonNull
+		return append(dst, jsonNull...), text
 	}
-	plain, err := open(aead, text, aadOf(place, field, subject))
-	if err != nil {
-		return jsonNull
-	}
-	return plain
+	return opened, text
 }
 
 // newDataKey returns a fresh data key: its cipher and the key wrapped by p.
@@ -277,12 +497,7 @@ func (s *Store) seal(ctx context.Context, p *sealing, a *batchArgs) error {
 		if err != nil {
 			return fmt.Errorf("%w: event %s: %w", ErrInvalidEvent, a.types[k], err)
 		}
-		a.stored[k] = stored
-		if sealed != nil {
-			b, _ := json.Marshal(sealed)
-			str := string(b)
-			a.personal[k] = &str
-		}
+		a.stored[k], a.personal[k] = stored, sealed
 	}
 	return nil
 }
@@ -422,13 +637,7 @@ func (s *Store) sealSnapshot(ctx context.Context, q querier, snap Snapshot) ([]b
 	if err != nil {
 		return nil, nil, err
 	}
-	state, sealed, err := sealFields(snap.State, fields, func(subject string) cipher.AEAD { return ciphers[subject] }, snapshotPlace(snap.TenantID, snap.AggregateID, snap.Version))
-	if err != nil || sealed == nil {
-		return state, nil, err
-	}
-	b, _ := json.Marshal(sealed)
-	str := string(b)
-	return state, &str, nil
+	return sealFields(snap.State, fields, func(subject string) cipher.AEAD { return ciphers[subject] }, snapshotPlace(snap.TenantID, snap.AggregateID, snap.Version))
 }
 
 // ForgetSubjectTx forgets subject of tenant in the caller's transaction:
@@ -627,25 +836,35 @@ func (s *Store) SubjectEvents(ctx context.Context, tenant uuid.UUID, subject str
 		)
 		_, err = pgx.ForEachRow(rows, raw.dest(&e), func() error {
 			n, after = n+1, e.ID
-			var fields map[string]string
-			var obj map[string]json.RawMessage
-			if err := json.Unmarshal(raw.personal, &fields); err != nil {
+			fields, err := rowFieldsOf(raw.personal, nil)
+			if err != nil {
 				return err
 			}
-			if err := json.Unmarshal(raw.payload, &obj); err != nil {
-				return err
+			var buf [16]jsonMember
+			obj, ok := scanObject(raw.payload, buf[:0])
+			if !ok {
+				return jsonObjectError(raw.payload)
 			}
-			keys, err := sealedKeys(raw.keys)
+			keys, err := rowKeysOf(raw.keys, nil)
 			if err != nil {
 				return err
 			}
 			se := SubjectEvent{EventID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID, Version: e.Version,
 				Type: e.Type, CreatedAt: e.CreatedAt, Fields: map[string]json.RawMessage{}}
 			place := eventPlace(e.TenantID, e.AggregateID, e.Version, e.Type)
-			for field, sub := range fields {
-				if sub == subject {
-					se.Fields[field] = s.openValue(ctx, obj[field], keys, place, field, sub)
+			for i, f := range fields {
+				if string(f.subject) != subject || lastField(fields, i) != i {
+					continue
 				}
+				var v []byte
+				plain := false
+				for j := len(obj.members) - 1; j >= 0; j-- { // the last member of the name
+					if m := obj.members[j]; bytes.Equal(m.name(raw.payload), f.field) {
+						v, plain = raw.payload[m.valueStart:m.valueEnd], m.plainValue
+						break
+					}
+				}
+				se.Fields[string(f.field)], _ = s.appendOpened(ctx, nil, nil, v, plain, keyOf(keys, f.subject), appendAAD(nil, place, f.field, f.subject))
 			}
 			out = append(out, se)
 			return nil
