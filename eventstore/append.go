@@ -157,11 +157,11 @@ func (s *Store) insert(ctx context.Context, q querier, tx pgx.Tx, a *batchArgs) 
 	}
 	// One event: the common case, without arrays, scanning one row.
 	w := written{aggID: uuid.UUID(a.evAggIDs[0]), version: int(a.versions[0])}
-	sql := pick(tx != nil, a.keys != nil, s.sql.appendNext, s.sql.appendNextAlone, s.sql.keyedNext, s.sql.keyedNextAlone)
+	sql := pick(tx != nil, a.keys, s.sql.appendNext, s.sql.appendNextAlone, s.sql.keyedNext, s.sql.keyedNextAlone)
 	args := []any{a.evAggIDs[0], a.evAggTypes[0], a.evTenants[0], a.versions[0],
 		a.types[0], a.eventVersions[0], a.stored[0], a.metas[0], a.users[0], a.personal[0]}
 	if w.version == 1 {
-		sql = pick(tx != nil, a.keys != nil, s.sql.appendNew, s.sql.appendNewAlone, s.sql.keyedNew, s.sql.keyedNewAlone)
+		sql = pick(tx != nil, a.keys, s.sql.appendNew, s.sql.appendNewAlone, s.sql.keyedNew, s.sql.keyedNewAlone)
 		args = slices.Delete(args, 3, 4) // the version is the statement's
 	}
 	switch err := q.QueryRow(ctx, sql, a.keys.after(args)...).Scan(&w.id, &w.createdAt); {
@@ -174,13 +174,13 @@ func (s *Store) insert(ctx context.Context, q querier, tx pgx.Tx, a *batchArgs) 
 }
 
 // pick chooses among the variants of an append statement: in the
-// caller's transaction or alone, with the key guard or without.
-func pick(inTx, keyed bool, tx, alone, keyedTx, keyedAlone string) string {
+// caller's transaction or alone, with the key guard of keys or without.
+func pick(inTx bool, keys *keyArgs, tx, alone string, keyedTx, keyedAlone [2]string) string {
 	switch {
-	case keyed && inTx:
-		return keyedTx
-	case keyed:
-		return keyedAlone
+	case keys != nil && inTx:
+		return keyedTx[keys.variant()]
+	case keys != nil:
+		return keyedAlone[keys.variant()]
 	case inTx:
 		return tx
 	}
@@ -247,12 +247,12 @@ func (s *Store) appendMany(ctx context.Context, q querier, tx pgx.Tx, a *batchAr
 	sql, args := s.sql.appendManyNew, []any{a.evAggIDs, a.evAggTypes, a.evTenants, a.versions,
 		a.types, a.eventVersions, a.stored, a.metas, a.users, a.personal}
 	if a.keys != nil {
-		sql = s.sql.keyedManyNew
+		sql = s.sql.keyedManyNew[a.keys.variant()]
 	}
 	if slices.ContainsFunc(a.expected, func(v int32) bool { return v > 0 }) {
 		sql, args = s.sql.appendMany, append(args, a.aggIDs, a.tenants, a.expected)
 		if a.keys != nil {
-			sql = s.sql.keyedMany
+			sql = s.sql.keyedMany[a.keys.variant()]
 		}
 	}
 	rows, err := q.Query(ctx, sql, a.keys.after(args)...)
@@ -326,11 +326,23 @@ type keyArgs struct {
 	fresh          []bool
 }
 
+// variant is the index of the keyed statements that k's parameters are
+// for: 0 for many subjects (arrays), 1 for one.
+func (k *keyArgs) variant() int {
+	if len(k.subjects) == 1 {
+		return 1
+	}
+	return 0
+}
+
 // after returns args followed by the key guard's parameters, when k is not
 // nil.
 func (k *keyArgs) after(args []any) []any {
-	if k == nil {
+	switch {
+	case k == nil:
 		return args
+	case k.variant() == 1:
+		return append(args, k.tenants[0], k.subjects[0], k.keks[0], k.wrapped[0], k.fresh[0])
 	}
 	return append(args, k.tenants, k.subjects, k.keks, k.wrapped, k.fresh)
 }

@@ -463,3 +463,35 @@ func TestPersonalCachedKeyNotStored(t *testing.T) {
 	require.Equal(t, []any{"ada@example.org", "ada@example.net"}, emails(t, old, res.AggregateID))
 	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM kumiko_subject_keys`))
 }
+
+// Appends of many events of one subject (the key guard of one subject) and
+// of events of two subjects (the guard of many) store one key per subject,
+// with a new key, a known one, one another process stored first, inside a
+// transaction and after a forget.
+func TestPersonalManyEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newKeyRaces(t)
+	subject, other := uuid.NewString(), uuid.NewString()
+	res, err := r.a.Append(ctx, eventstore.Stream{TenantID: tenantA, AggregateType: "person"}, 0,
+		email("a1", subject), email("a2", subject))
+	require.NoError(t, err)
+	stream := eventstore.Stream{TenantID: tenantA, AggregateType: "person", AggregateID: res.AggregateID}
+	// b has not seen the key: its fresh one loses, and it seals again.
+	_, err = r.b.Append(ctx, stream, 2, email("b1", subject), email("b2", subject))
+	require.NoError(t, err)
+	require.NoError(t, r.a.WithTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := r.a.AppendTx(ctx, tx, stream, 4, email("a3", subject), email("o1", other))
+		return err
+	}))
+	for _, s := range []*eventstore.Store{r.a, r.b} {
+		require.Equal(t, []any{"a1", "a2", "b1", "b2", "a3", "o1"}, emails(t, s, stream.AggregateID))
+	}
+	require.Equal(t, 2, r.db.Count(t, `SELECT count(*) FROM kumiko_subject_keys WHERE subject IN ($1, $2)`, subject, other))
+
+	// Forgotten through b: a's cached key is gone, and a new one seals on.
+	forget(t, r.b, subject)
+	_, err = r.a.Append(ctx, stream, 6, email("a4", subject), email("a5", subject))
+	require.NoError(t, err)
+	require.Equal(t, []any{nil, nil, nil, nil, nil, "o1", "a4", "a5"}, emails(t, r.b, stream.AggregateID))
+}

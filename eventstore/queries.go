@@ -11,9 +11,11 @@ import (
 type queries struct {
 	appendNew, appendNext, appendMany, appendManyNew string
 	appendNewAlone, appendNextAlone                  string
-	// The same with the data keys of personal fields (keyGuard).
-	keyedNew, keyedNext, keyedNewAlone, keyedNextAlone string
-	keyedMany, keyedManyNew, storedKeys                string
+	// The same with the data keys of personal fields (keyGuard): of many
+	// subjects [0] and of one [1].
+	keyedNew, keyedNext, keyedNewAlone, keyedNextAlone [2]string
+	keyedMany, keyedManyNew                            [2]string
+	storedKeys                                         string
 	streamHead                                         string
 	load, readAll                                      string
 	loadSnapshot, loadAfterSnapshot, saveSnap          string
@@ -76,16 +78,37 @@ SELECT $1, $2, $3, 1, $4, $5, $6::jsonb, $7::jsonb, $8, $9::jsonb`
 // keyGuard returns the head and the condition of an append whose personal
 // fields are sealed with the data keys it names in its parameters after
 // its own n: tenant, subject, KEK id, wrapped key, and whether the key is
-// new. It inserts the new keys (a subject's first), and its insert
-// carries the condition, which holds only when every new key was inserted
-// and every other one is stored as named — locked until the append
-// commits, so that a forget deleting it waits and the append never commits
-// an event sealed with a key a forget has deleted. A new key losing to one
-// a concurrent append inserted first, and a key forgotten or re-wrapped
-// since it was seen, fail the condition: the append inserts nothing, and
-// the caller seals again with the keys stored (storedKeys).
-func keyGuard(n int) (head, cond string) {
+// new — arrays of them, or (one) those of a single subject. It inserts the
+// new keys (a subject's first), and its insert carries the condition,
+// which holds only when every new key was inserted and every other one is
+// stored as named — locked until the append commits, so that a forget
+// deleting it waits and the append never commits an event sealed with a
+// key a forget has deleted. A new key losing to one a concurrent append
+// inserted first, and a key forgotten or re-wrapped since it was seen,
+// fail the condition: the append inserts nothing, and the caller seals
+// again with the keys stored (storedKeys).
+//
+// The key rows are locked as found by their primary key alone, and
+// compared with the keys named outside the locking subquery: with the
+// comparison inside, a plan made while statistics lagged the table's
+// growth used the index on kek_id too, reading every key of the KEK.
+func keyGuard(n int, one bool) (head, cond string) {
 	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	if one {
+		// The common append: one subject, scalar parameters, no counts.
+		head = `
+WITH ins AS (
+	INSERT INTO {keys} (tenant_id, subject, kek_id, wrapped)
+	SELECT ` + p(1) + `::uuid, ` + p(2) + `::text, ` + p(3) + `::text, ` + p(4) + `::bytea WHERE ` + p(5) + `::bool
+	ON CONFLICT (tenant_id, subject) DO NOTHING
+	RETURNING 1),
+held AS (
+	SELECT kek_id, wrapped FROM {keys}
+	WHERE NOT ` + p(5) + `::bool AND tenant_id = ` + p(1) + `::uuid AND subject = ` + p(2) + `::text
+	FOR KEY SHARE)`
+		cond = `(EXISTS (SELECT FROM ins) OR EXISTS (SELECT FROM held WHERE kek_id = ` + p(3) + `::text AND wrapped = ` + p(4) + `::bytea))`
+		return head, cond
+	}
 	head = `
 WITH k AS (SELECT * FROM unnest(` + p(1) + `::uuid[], ` + p(2) + `::text[], ` + p(3) + `::text[], ` + p(4) + `::bytea[], ` + p(5) + `::bool[])
 	AS k(tenant_id, subject, kek_id, wrapped, new)),
@@ -95,10 +118,10 @@ ins AS (
 	ON CONFLICT (tenant_id, subject) DO NOTHING
 	RETURNING 1),
 held AS (
-	SELECT 1 FROM k, LATERAL (SELECT 1 FROM {keys} s
-		WHERE s.tenant_id = k.tenant_id AND s.subject = k.subject AND s.kek_id = k.kek_id AND s.wrapped = k.wrapped
+	SELECT 1 FROM k, LATERAL (SELECT s.kek_id, s.wrapped FROM {keys} s
+		WHERE s.tenant_id = k.tenant_id AND s.subject = k.subject
 		FOR KEY SHARE) AS s
-	WHERE NOT k.new)`
+	WHERE NOT k.new AND s.kek_id = k.kek_id AND s.wrapped = k.wrapped)`
 	cond = `(SELECT count(*) FROM ins) + (SELECT count(*) FROM held) = (SELECT count(*) FROM k)`
 	return head, cond
 }
@@ -138,9 +161,13 @@ RETURNING id, aggregate_id, version, created_at`
 `
 	// The appends with personal fields: each with the key guard after its
 	// own parameters.
-	keyed := func(n int, insert, join, end string) string {
-		head, cond := keyGuard(n)
-		return r.Replace(head + insert + "\n" + join + " " + cond + end)
+	keyed := func(n int, insert, join, end string) [2]string {
+		var out [2]string
+		for i, one := range []bool{false, true} {
+			head, cond := keyGuard(n, one)
+			out[i] = r.Replace(head + insert + "\n" + join + " " + cond + end)
+		}
+		return out
 	}
 	return queries{
 		// The appends write versions the client computed from the expected
