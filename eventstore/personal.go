@@ -6,6 +6,7 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,8 +84,9 @@ type rowKey struct {
 	looked                bool
 }
 
-// rowKeysOf decodes what keysOfRow answers (subject → [kek id, base64 of
-// the wrapped key]), appending to dst.
+// rowKeysOf decodes what keysOfRow answers (subject → [kek id, hex of the
+// wrapped key]; hex, since PostgreSQL's base64 breaks lines, which JSON
+// escapes), appending to dst.
 func rowKeysOf(raw []byte, dst []rowKey) ([]rowKey, error) {
 	if raw == nil {
 		return dst, nil
@@ -97,7 +99,7 @@ func rowKeysOf(raw []byte, dst []rowKey) ([]rowKey, error) {
 				ok = false
 				break
 			}
-			w, err := base64.StdEncoding.AppendDecode(nil, wrapped)
+			w, err := hex.AppendDecode(nil, wrapped)
 			if err != nil {
 				return nil, err
 			}
@@ -113,7 +115,7 @@ func rowKeysOf(raw []byte, dst []rowKey) ([]rowKey, error) {
 	}
 	dst = dst[:0]
 	for subject, k := range m {
-		w, err := base64.StdEncoding.DecodeString(k[1])
+		w, err := hex.DecodeString(k[1])
 		if err != nil {
 			return nil, err
 		}

@@ -38,7 +38,7 @@ const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type
 
 // keysOfRow is the wrapped keys of the subjects of a row's sealed fields
 // (its tenant_id and personal columns), in the reading statement's
-// snapshot: subject → [kek id, base64 of the wrapped key], a forgotten
+// snapshot: subject → [kek id, hex of the wrapped key], a forgotten
 // subject missing; NULL for a row without. It is what the function
 // kumiko_subject_keys_of (migration 8, dropped by 9) answered, written out
 // as a subquery, which is planned once with the statement where each call
@@ -49,7 +49,7 @@ const eventColumns = `id, aggregate_id, aggregate_type, tenant_id, version, type
 // the tenant per row.
 const keysOfRow = `CASE WHEN personal IS NOT NULL THEN (
 	SELECT jsonb_strip_nulls(jsonb_object_agg(p.subject, (
-		SELECT jsonb_build_array(k.kek_id, encode(k.wrapped, 'base64')) FROM {keys} k
+		SELECT jsonb_build_array(k.kek_id, encode(k.wrapped, 'hex')) FROM {keys} k
 		WHERE k.tenant_id = {row}.tenant_id AND k.subject = p.subject)))
 	FROM (SELECT DISTINCT value FROM jsonb_each_text({row}.personal)) AS p(subject)) END`
 
