@@ -39,6 +39,7 @@ const secret = "an-end-to-end-secret-long-enough-for-hs256"
 var packages = map[string]string{
 	"tasks":     "./samples/tasks/cmd/tasks",
 	"relations": "./samples/relations/cmd/relations",
+	"helpdesk":  "./samples/helpdesk/cmd/helpdesk",
 	"e2eapp":    "./internal/e2e/e2eapp",
 }
 
