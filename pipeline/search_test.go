@@ -238,3 +238,27 @@ func requireCode(t *testing.T, err error, code kumikotype.Code, reason kumikotyp
 	require.Equal(t, string(code), e.Code(), "%v", err)
 	require.Equal(t, string(reason), e.Reason(), "%v", err)
 }
+
+// A field with a long name keeps its index names within PostgreSQL's 63
+// bytes: a second start finds every column and index it made.
+func TestSearchOfALongFieldName(t *testing.T) {
+	t.Parallel()
+	long := feature.Define("archive", func(r *feature.Registrar) {
+		r.Entity("record", feature.Fields{"descriptionOfTheRecordAsTheClerkWroteItDown": feature.Text()})
+		r.Crud("record", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
+		r.Search("record", feature.SearchFields{"descriptionOfTheRecordAsTheClerkWroteItDown": feature.WeightA})
+	})
+	app := kumikotest.NewApp(t, []*feature.Feature{long})
+	require.NoError(t, app.Executor.EnsureSchema(ctx), "a second start")
+	require.Equal(t, 2, app.Count(t, `SELECT count(*) FROM pg_indexes WHERE tablename = 'read_record' AND indexname LIKE 'kumiko\_search\_%'`),
+		"the tsvector and the trigram index")
+	write(t, app, alice, "record.create", `{"descriptionOfTheRecordAsTheClerkWroteItDown":"a ledger of the harbour"}`)
+	out, err := app.Executor.Query(ctx, alice, req("record.search", `{"q":"harb"}`))
+	require.NoError(t, err)
+	raw, err := json.Marshal(out)
+	require.NoError(t, err)
+	var p searchPage
+	require.NoError(t, json.Unmarshal(raw, &p))
+	require.Len(t, p.Hits, 1)
+	require.Equal(t, "a ledger of the <mark>harbour</mark>", p.Hits[0].Highlights["descriptionOfTheRecordAsTheClerkWroteItDown"])
+}

@@ -62,8 +62,14 @@ func newSearchPlan(t *Entity) *searchPlan {
 	p := &searchPlan{config: s.Config}
 	for _, name := range slices.Sorted(maps.Keys(s.Fields)) {
 		h := sha256.Sum256([]byte(name + "\x00" + string(s.Fields[name]) + "\x00" + s.Config))
+		// At most 14 + 20 + 1 + 8 + 5 bytes with "_trgm": PostgreSQL
+		// would cut a name past 63, and the cut name would not be kept.
+		col := spec.ColumnName(name)
+		if len(col) > 20 {
+			col = col[:20]
+		}
 		p.fields = append(p.fields, searchField{name: name, col: t.cols[name], weight: s.Fields[name],
-			vector: searchColumnPrefix + spec.ColumnName(name) + "_" + hex.EncodeToString(h[:4])})
+			vector: searchColumnPrefix + col + "_" + hex.EncodeToString(h[:4])})
 	}
 	return p
 }
