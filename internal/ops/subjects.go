@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/kumiko-go/kumiko/eventstore"
@@ -31,39 +33,56 @@ var errExportGeneric = errors.New("subject export needs the app's own binary: on
 	"personal fields belong to the export along with the subject's events; run the app binary's `subject export`")
 
 func (o *ops) exportCmd() *cobra.Command {
-	var tenant string
-	short := "Export a data subject of a tenant as JSON: its personal fields in the events and in the read rows"
-	if o.generic {
-		short = "Export a data subject (needs the app's own binary, which knows its read tables)"
-	}
-	cmd := &cobra.Command{
-		Use:   "export <subject> --tenant <uuid>",
-		Short: short,
-		Long: "Export every personal value of the data subject <subject> of the tenant (GDPR Art. 15 and 20, " +
+	return o.subjectVerb(subjectVerb{
+		use:   "export",
+		short: "Export a data subject of a tenant as JSON: its personal fields in the events and in the read rows",
+		long: "Export every personal value of the data subject <subject> of the tenant (GDPR Art. 15 and 20, " +
 			"docs/personal-data.md) as indented JSON: {subject, events, rows}. events holds, in id order, each event " +
 			"with sealed fields of the subject, open (field names as stored); rows holds the entity read rows' " +
 			"personal fields of the subject. The subject is the id its personal data names: an entity's own id for " +
 			"Personal fields, the value of the subject field for PersonalOf. A forgotten subject's event fields are " +
 			"null and it has no rows; a subject without data exports empty lists. The output is JSON with or without " +
 			"--json. Only the app's own binary can run it: it knows the read tables; cmd/kumiko refuses.",
-		Example: "  subject export 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00 --tenant 01900000-0000-7000-8000-000000000001 > export.json",
-		Args:    cobra.ExactArgs(1),
+		example: "  subject export 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00 --tenant 01900000-0000-7000-8000-000000000001 > export.json",
+		generic: errExportGeneric,
+		run: func(ctx context.Context, c *conn, out io.Writer, t uuid.UUID, subject string) error {
+			exp, err := c.disp.ExportSubject(ctx, t, subject)
+			if err != nil {
+				return err
+			}
+			return writeJSON(out, exp)
+		},
+	})
+}
+
+// subjectVerb is a command on one data subject of a tenant that only an
+// app's own binary runs: `subject <use> <subject> --tenant <uuid>`.
+type subjectVerb struct {
+	use, short, long, example string
+	// generic is the refusal of the generic binary.
+	generic error
+	run     func(ctx context.Context, c *conn, out io.Writer, tenant uuid.UUID, subject string) error
+}
+
+func (o *ops) subjectVerb(v subjectVerb) *cobra.Command {
+	var tenant string
+	short := v.short
+	if o.generic {
+		short = strings.ToUpper(v.use[:1]) + v.use[1:] + " a data subject (needs the app's own binary, which knows its read tables)"
+	}
+	cmd := &cobra.Command{
+		Use: v.use + " <subject> --tenant <uuid>", Short: short, Long: v.long, Example: v.example,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.generic {
-				return errExportGeneric
+				return v.generic
 			}
 			t, err := parseTenant(tenant)
 			if err != nil {
 				return err
 			}
 			subject := args[0] // the executor validates it
-			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
-				exp, err := c.disp.ExportSubject(ctx, t, subject)
-				if err != nil {
-					return err
-				}
-				return writeJSON(out, exp)
-			})
+			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error { return v.run(ctx, c, out, t, subject) })
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the subject's data belongs to (required)")
@@ -75,15 +94,10 @@ var errForgetGeneric = errors.New("subject forget needs the app's own binary: on
 	"personal fields must be set to null along with the subject's data key; run the app binary's `subject forget`")
 
 func (o *ops) forgetCmd() *cobra.Command {
-	var tenant string
-	short := "Forget a data subject of a tenant: delete its data key and null its personal fields in the read rows"
-	if o.generic {
-		short = "Forget a data subject (needs the app's own binary, which knows its read tables)"
-	}
-	cmd := &cobra.Command{
-		Use:   "forget <subject> --tenant <uuid>",
-		Short: short,
-		Long: "Forget the data subject <subject> of the tenant (crypto-shredding, docs/personal-data.md), in one " +
+	return o.subjectVerb(subjectVerb{
+		use:   "forget",
+		short: "Forget a data subject of a tenant: delete its data key and null its personal fields in the read rows",
+		long: "Forget the data subject <subject> of the tenant (crypto-shredding, docs/personal-data.md), in one " +
 			"transaction: its data key is deleted, so its sealed personal values in events and snapshots read as null " +
 			"from then on, and the personal fields of the entity read rows that belong to it are set to null. The " +
 			"subject is the id its personal data names: an entity's own id for Personal fields, the value of the " +
@@ -92,36 +106,24 @@ func (o *ops) forgetCmd() *cobra.Command {
 			"after the store's TTL, 24 hours by default). It cannot be undone. It answers the same whether or not the subject had " +
 			"data, and forgetting it again changes nothing. Only the app's own binary can run it: it knows the read " +
 			"tables; cmd/kumiko refuses.",
-		Example: "  subject forget 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00 --tenant 01900000-0000-7000-8000-000000000001",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.generic {
-				return errForgetGeneric
-			}
-			t, err := parseTenant(tenant)
+		example: "  subject forget 01a22b30-5c2e-7d1a-9c3e-8f4b6a2d1e00 --tenant 01900000-0000-7000-8000-000000000001",
+		generic: errForgetGeneric,
+		run: func(ctx context.Context, c *conn, out io.Writer, t uuid.UUID, subject string) error {
+			closeRedis, err := c.forgetRecords()
 			if err != nil {
 				return err
 			}
-			subject := args[0] // the executor validates it
-			return o.run(cmd, func(ctx context.Context, c *conn, out io.Writer) error {
-				closeRedis, err := c.forgetRecords()
-				if err != nil {
-					return err
-				}
-				defer closeRedis()
-				if err := c.disp.ForgetSubject(ctx, t, subject); err != nil {
-					return err
-				}
-				if o.json {
-					return writeJSON(out, map[string]any{"tenant": t, "subject": subject, "forgotten": true})
-				}
-				_, err = fmt.Fprintf(out, "forgot subject %q of tenant %s: its data key is deleted and its personal fields in the read rows are null\n", subject, t)
+			defer closeRedis()
+			if err := c.disp.ForgetSubject(ctx, t, subject); err != nil {
 				return err
-			})
+			}
+			if o.json {
+				return writeJSON(out, map[string]any{"tenant": t, "subject": subject, "forgotten": true})
+			}
+			_, err = fmt.Fprintf(out, "forgot subject %q of tenant %s: its data key is deleted and its personal fields in the read rows are null\n", subject, t)
+			return err
 		},
-	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant UUID the subject's data belongs to (required)")
-	return cmd
+	})
 }
 
 func (o *ops) rotateKeyCmd() *cobra.Command {
