@@ -38,6 +38,10 @@ var forbidden = map[string][]string{
 	// Filling authors' structs from maps is a tool of the DSL's: it imports
 	// nothing of kumiko.
 	"internal/structmap": {"feature", "registry", "eventstore", "consumer", "pipeline", "integration", "jobs", "lock", "idempotency", "console", "http", "kumiko", "cli", "internal/ops", "kumikotype"},
+	// The search engine contract stands on its own; the SQL of search in a
+	// table knows only it.
+	"search":             {"feature", "registry", "eventstore", "consumer", "pipeline", "integration", "jobs", "lock", "idempotency", "console", "http", "kumiko", "cli", "internal/ops", "kumikotype", "internal/projection"},
+	"internal/searchsql": {"feature", "registry", "eventstore", "consumer", "pipeline", "integration", "jobs", "lock", "idempotency", "console", "http", "kumiko", "cli", "internal/ops", "kumikotype", "internal/projection"},
 	// Locks stand on their own.
 	"lock": {"feature", "registry", "eventstore", "consumer", "pipeline", "jobs", "http", "kumiko", "cli", "internal/ops"},
 }
