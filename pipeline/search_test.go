@@ -247,11 +247,17 @@ func TestSearchOfALongFieldName(t *testing.T) {
 		r.Entity("record", feature.Fields{"descriptionOfTheRecordAsTheClerkWroteItDown": feature.Text()})
 		r.Crud("record", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
 		r.Search("record", feature.SearchFields{"descriptionOfTheRecordAsTheClerkWroteItDown": feature.WeightA})
+		// The same field in another table: index names are the schema's.
+		r.Entity("copy", feature.Fields{"descriptionOfTheRecordAsTheClerkWroteItDown": feature.Text()})
+		r.Crud("copy", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
+		r.Search("copy", feature.SearchFields{"descriptionOfTheRecordAsTheClerkWroteItDown": feature.WeightA})
 	})
 	app := kumikotest.NewApp(t, []*feature.Feature{long})
 	require.NoError(t, app.Executor.EnsureSchema(ctx), "a second start")
-	require.Equal(t, 2, app.Count(t, `SELECT count(*) FROM pg_indexes WHERE tablename = 'read_record' AND indexname LIKE 'kumiko\_search\_%'`),
-		"the tsvector and the trigram index")
+	for _, table := range []string{"read_record", "read_copy"} {
+		require.Equal(t, 2, app.Count(t, `SELECT count(*) FROM pg_indexes WHERE tablename = '`+table+`' AND indexname LIKE 'kumiko\_search\_%'`),
+			"the tsvector and the trigram index of %s", table)
+	}
 	write(t, app, alice, "record.create", `{"descriptionOfTheRecordAsTheClerkWroteItDown":"a ledger of the harbour"}`)
 	out, err := app.Executor.Query(ctx, alice, req("record.search", `{"q":"harb"}`))
 	require.NoError(t, err)

@@ -31,7 +31,7 @@ func newSearchPlan(t *Entity) *searchPlan {
 	if !ok {
 		return nil
 	}
-	return &searchPlan{config: s.Config, fields: searchsql.Fields(s.Config, s.Fields,
+	return &searchPlan{config: s.Config, fields: searchsql.Fields(t.e.Table().Name, s.Config, s.Fields,
 		func(name string) string { return t.cols[name] }, spec.ColumnName)}
 }
 

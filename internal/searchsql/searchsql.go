@@ -46,26 +46,32 @@ type Field struct {
 	Name string
 	// Col is its text column, quoted.
 	Col string
-	// Vector is its generated tsvector column, unquoted.
-	Vector string
+	// Vector is its generated tsvector column, Index that column's GIN
+	// index and Trgm the trigram index of Col; unquoted.
+	Vector, Index, Trgm string
 	Weight byte
 }
 
-// Fields are the searchable fields of weights, by name; col maps a field
-// to its column, quoted, and base to the name its tsvector column's is
-// made of (a column name, unquoted).
-func Fields(config string, weights map[string]byte, col, base func(string) string) []Field {
+// Fields are the searchable fields of weights in table (its name,
+// unquoted: index names are unique in a schema), by name; col maps a
+// field to its column, quoted, and base to the name its tsvector column's
+// is made of (a column name, unquoted).
+func Fields(table, config string, weights map[string]byte, col, base func(string) string) []Field {
 	var out []Field
 	for _, name := range slices.Sorted(maps.Keys(weights)) {
-		h := sha256.Sum256([]byte(name + "\x00" + string(weights[name]) + "\x00" + config))
-		// At most 14 + 20 + 1 + 8 + 5 bytes with "_trgm": PostgreSQL
-		// would cut a name past 63, and the cut name would not be kept.
+		made := name + "\x00" + string(weights[name]) + "\x00" + config
+		h, ih := sha256.Sum256([]byte(made)), sha256.Sum256([]byte(table+"\x00"+made))
+		// At most 14 + 20 + 1 + 8 + 1 + 8 + 5 bytes with "_trgm":
+		// PostgreSQL would cut a name past 63, and the cut name would not
+		// be kept.
 		b := base(name)
 		if len(b) > 20 {
 			b = b[:20]
 		}
+		vector := ColumnPrefix + b + "_" + hex.EncodeToString(h[:4])
+		index := vector + "_" + hex.EncodeToString(ih[:4])
 		out = append(out, Field{Name: name, Col: col(name), Weight: weights[name],
-			Vector: ColumnPrefix + b + "_" + hex.EncodeToString(h[:4])})
+			Vector: vector, Index: index + "_idx", Trgm: index + "_trgm"})
 	}
 	return out
 }
@@ -119,13 +125,13 @@ func Ensure(ctx context.Context, tx pgx.Tx, schema, table, config string, fields
 	keep := map[string]bool{}
 	for _, f := range fields {
 		vec := pgx.Identifier{f.Vector}.Sanitize()
-		keep[f.Vector], keep[f.Vector+"_idx"], keep[f.Vector+"_trgm"] = true, true, true
+		keep[f.Vector], keep[f.Index], keep[f.Trgm] = true, true, true
 		added = added || !have[f.Vector]
 		for _, stmt := range []string{
 			fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s tsvector GENERATED ALWAYS AS (setweight(to_tsvector(%s::regconfig, coalesce(%s, '')), '%c')) STORED`,
 				table, vec, quoteLiteral(config), f.Col, f.Weight),
-			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING gin (%s)`, pgx.Identifier{f.Vector + "_idx"}.Sanitize(), table, vec),
-			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING gin (%s %s.gin_trgm_ops)`, pgx.Identifier{f.Vector + "_trgm"}.Sanitize(), table, f.Col, trgm),
+			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING gin (%s)`, pgx.Identifier{f.Index}.Sanitize(), table, vec),
+			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING gin (%s %s.gin_trgm_ops)`, pgx.Identifier{f.Trgm}.Sanitize(), table, f.Col, trgm),
 		} {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return "", false, err
