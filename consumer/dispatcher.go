@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -364,6 +365,11 @@ func (e *Dispatcher) leave(ctx context.Context) {
 type waker struct {
 	ch chan struct{}
 	at time.Time // guarded by Dispatcher.mu; zero: not woken
+	// idle reports that the loop has done what it was woken for and waits
+	// for its next wake-up (or poll). Only the tests read it: with at zero
+	// and ch empty it tells them that nothing is left for the loop to do
+	// until the next commit (see export_test.go).
+	idle atomic.Bool
 }
 
 func (e *Dispatcher) wakeAll() {
@@ -475,7 +481,9 @@ func (e *Dispatcher) loop(ctx, passCtx context.Context, c Consumer, instance str
 		if ceiling > 0 {
 			woken = nil // backing off: new events must not hurry the retry
 		}
+		w.idle.Store(woken != nil)
 		await(ctx, c, woken, wait, started)
+		w.idle.Store(false)
 	}
 }
 

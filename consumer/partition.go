@@ -199,7 +199,12 @@ func (e *Dispatcher) startLoop(runCtx, passCtx context.Context, c Consumer, inst
 		e.wakers = append(e.wakers, l.w)
 		e.mu.Unlock()
 	}
-	l.w.ch <- struct{}{} // a new loop looks at once
+	// A new loop looks at once, without a wake-up: it is given none to
+	// begin with. One would only make it pass again straight after its
+	// first pass, for no commit (the commits meanwhile wake it themselves)
+	// — and a partition's second pass would run outside the router's
+	// judgement, moving its cursor over the next commit's events of other
+	// partitions as if that commit had woken it.
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.loop(ctx, passCtx, c, instance, l.w, l.part) }()
 	return l

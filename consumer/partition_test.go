@@ -484,6 +484,12 @@ func TestCommitWakesOnlyItsPartitions(t *testing.T) {
 	}
 	atSeed := map[int]int64{0: seed.ID, 1: seed.ID, 2: seed.ID, 3: seed.ID}
 	require.Eventually(t, func() bool { return fmt.Sprint(cursors()) == fmt.Sprint(atSeed) }, 5*time.Second, 10*time.Millisecond)
+	// The start's own wake-ups are over — the listener's first, once it
+	// listens, and the passes the router woke for it (it wakes every
+	// partition it cannot judge yet): from here a partition passes only
+	// when the router wakes it for a commit.
+	require.Eventually(t, func() bool { return consumer.Settled(e, "routed", 4) }, 10*time.Second, 5*time.Millisecond,
+		"the partitions settle after the start")
 
 	ev := appendTo(0)
 	select {

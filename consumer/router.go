@@ -87,11 +87,13 @@ func (e *Dispatcher) route(ctx, passCtx context.Context, c Consumer, r *router) 
 			return
 		case <-r.w.ch:
 		}
+		r.w.idle.Store(false)
 		at := e.woken(r.w)
 		if at.IsZero() {
 			at = time.Now()
 		}
 		e.routeOnce(passCtx, c, r, at)
+		r.w.idle.Store(true) // not before its first wake-up: the listener owes it one
 	}
 }
 
