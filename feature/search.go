@@ -41,6 +41,22 @@ func SearchConfig(name string) SearchOption {
 	return o
 }
 
+// SearchEngine runs the search on the search engine (a search.Engine)
+// that the app's configuration registers under name (kumiko.Config
+// SearchEngines) instead of in the entity's read table: a shared consumer
+// named "search.<entity>" puts each row the entity's events change into
+// the engine after the event commits (and removes deleted rows), so hits
+// lag writes by the consumer's delay; the query asks the engine and reads
+// the rows it names from the read table. See docs/search.md, "Engines".
+// An engine the configuration lacks fails the start.
+func SearchEngine(name string) SearchOption {
+	o := SearchOption{apply: func(s *spec.Search) { s.Engine = name }}
+	if name == "" {
+		o.problem = "SearchEngine needs the name the engine is registered under"
+	}
+	return o
+}
+
 // Search makes entity, an entity of this feature with Crud, searchable by
 // the text fields in fields (see docs/search.md): the generated query
 // "<entity>.search" takes {"q", "filter", "limit", "cursor"} and answers

@@ -29,6 +29,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	khttp "github.com/kumiko-go/kumiko/http"
 	"github.com/kumiko-go/kumiko/idempotency"
+	"github.com/kumiko-go/kumiko/search"
 )
 
 // SharedInstanceID is the instance id of shared consumer state; no process
@@ -228,6 +229,12 @@ type Config struct {
 	// 5s.
 	AsOfConcurrency int
 	AsOfTimeout     time.Duration
+	// SearchEngines are the search engines that searches declared with
+	// feature.SearchEngine run on, by the names they give (for example
+	// pgsearch.New's, or an adapter of an external engine that passes
+	// search/searchtest). Set in code, not from the environment. See
+	// docs/search.md, "Engines".
+	SearchEngines map[string]search.Engine
 	// IdempotencyRetention is how long the keys of keyed writes stay
 	// recorded in PostgreSQL, refusing a second apply after the Redis
 	// record is gone: a retry of a request older than this applies again.

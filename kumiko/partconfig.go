@@ -29,6 +29,7 @@ func (c Config) pipelineConfig() pipeline.Config {
 	return pipeline.Config{
 		Logger: c.Logger, TracerProvider: c.TracerProvider,
 		AsOfConcurrency: c.AsOfConcurrency, AsOfTimeout: c.AsOfTimeout,
+		SearchEngines: c.SearchEngines,
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/internal/migrations"
 	"github.com/kumiko-go/kumiko/internal/pguuid"
+	"github.com/kumiko-go/kumiko/pipeline"
 )
 
 // DefaultDatabaseURL is used when DATABASE_URL is not set.
@@ -75,6 +76,7 @@ type Option func(*options)
 type options struct {
 	maxConns int32
 	store    eventstore.Config
+	executor pipeline.Config
 }
 
 // MaxConns sets the pool size (default 10) for tests that need many
@@ -83,6 +85,10 @@ func MaxConns(n int32) Option { return func(o *options) { o.maxConns = n } }
 
 // StoreConfig sets the event store configuration; its Schema is overridden.
 func StoreConfig(c eventstore.Config) Option { return func(o *options) { o.store = c } }
+
+// ExecutorConfig sets the configuration NewApp builds the executor with
+// (its search engines, say).
+func ExecutorConfig(c pipeline.Config) Option { return func(o *options) { o.executor = c } }
 
 // NewDB creates a fresh schema for t, migrated by every owner of tables (the
 // event store, the consumer dispatcher, the executor, the integration

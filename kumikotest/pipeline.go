@@ -48,7 +48,7 @@ func NewApp(t testing.TB, features []*feature.Feature, opts ...Option) *App {
 		sc.Keys = randomDataKey(t)
 	}
 	db := NewDB(t, append(opts, StoreConfig(sc))...)
-	d, err := pipeline.New(reg, db.Store, pipeline.Config{})
+	d, err := pipeline.New(reg, db.Store, o.executor)
 	if err != nil {
 		t.Fatalf("kumikotest: %v", err)
 	}

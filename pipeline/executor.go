@@ -26,6 +26,7 @@ import (
 	"github.com/kumiko-go/kumiko/jobs"
 	"github.com/kumiko-go/kumiko/kumikotype"
 	"github.com/kumiko-go/kumiko/registry"
+	"github.com/kumiko-go/kumiko/search"
 )
 
 // MaxBatch is the most requests one Batch accepts.
@@ -60,6 +61,11 @@ type Config struct {
 	// cancelled in the database and it fails with unavailable (reason
 	// as_of_timeout). Default 5s; negative: no bound.
 	AsOfTimeout time.Duration
+	// SearchEngines are the search engines that searches declared with
+	// feature.SearchEngine run on, by the names they give; the executor's
+	// Consumers include the consumers that feed them. A search naming an
+	// engine missing here fails New.
+	SearchEngines map[string]search.Engine
 }
 
 // Defaults of Config. DefaultAsOfConcurrency is the most the derived
@@ -124,7 +130,7 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Executor
 	}
 	d.proj, err = projection.New(reg, store, projection.Config{
 		Logger: cfg.Logger, Metrics: cfg.Metrics, AsOfConcurrency: cfg.AsOfConcurrency, AsOfTimeout: cfg.AsOfTimeout,
-		ApplyMSP: d.applyMSP,
+		ApplyMSP: d.applyMSP, SearchEngines: cfg.SearchEngines,
 	})
 	if err != nil {
 		return nil, err

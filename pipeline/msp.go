@@ -13,10 +13,12 @@ import (
 	"github.com/kumiko-go/kumiko/registry"
 )
 
-// Consumers returns the jobs' event trigger (see jobs.Runner.Consumer) and a
-// consumer for every multi-stream projection of the registry, to run on a consumer.Executor. Each applies its events inside the
-// pass transaction (a table-backed projection's rows commit with the cursor)
-// and sees them upcast, as every read does.
+// Consumers returns the jobs' event trigger (see jobs.Runner.Consumer), a
+// consumer for every multi-stream projection of the registry and one for
+// every search that runs on a search engine ("search.<entity>"), to run on
+// a consumer.Executor. Each applies its events inside the pass transaction
+// (a table-backed projection's rows commit with the cursor) and sees them
+// upcast, as every read does.
 func (d *Executor) Consumers() []consumer.Consumer {
 	var out []consumer.Consumer
 	if d.jobs != nil {
@@ -49,7 +51,7 @@ func (d *Executor) Consumers() []consumer.Consumer {
 			},
 		})
 	}
-	return out
+	return append(out, d.proj.SearchConsumers()...)
 }
 
 // partitionKey is the stream key of a projection partitioned by the

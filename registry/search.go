@@ -16,6 +16,9 @@ type Search struct {
 	Fields map[string]byte
 	// Config is the PostgreSQL text search configuration.
 	Config string
+	// Engine names the search engine the search runs on (see
+	// feature.SearchEngine); "" = in the read table.
+	Engine string
 }
 
 // Search returns the entity's full-text search; false when it has none.
@@ -23,7 +26,7 @@ func (e *Entity) Search() (Search, bool) {
 	if e.search == nil {
 		return Search{}, false
 	}
-	return Search{Fields: maps.Clone(e.search.Fields), Config: e.search.Config}, true
+	return Search{Fields: maps.Clone(e.search.Fields), Config: e.search.Config, Engine: e.search.Engine}, true
 }
 
 // search compiles an entity's Search: run after the CRUD handlers, whose
@@ -78,7 +81,7 @@ func (b *builder) search(feat string, def spec.Search) {
 	if !good || !b.claimHandler(feat, fmt.Sprintf("handler %q", name), name) {
 		return
 	}
-	e.search = &Search{Fields: maps.Clone(def.Fields), Config: def.Config}
+	e.search = &Search{Fields: maps.Clone(def.Fields), Config: def.Config, Engine: def.Engine}
 	p := b.crudCodec(feat, item, name, e, codec.Search)
 	b.reg.handlers[name] = Handler{Name: name, Kind: KindQuery, Feature: feat, Access: list.Access, Input: p.Type, Verb: VerbSearch, Entity: def.Entity}
 }

@@ -108,7 +108,6 @@ func newEntity(schema string, e *registry.Entity) *Entity {
 	t.selectList = strings.Join(sel, ", ")
 	t.insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", t.table, strings.Join(insCols, ", "), strings.Join(insVals, ", "))
 	t.exists = fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 AND tenant_id = $2%s FOR SHARE", t.table, t.liveOnly())
-	t.search = newSearchPlan(t)
 	return t
 }
 

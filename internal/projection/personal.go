@@ -84,6 +84,26 @@ func (t *Entity) Forget(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subjec
 	return n, nil
 }
 
+// subjectIDs are the ids of the entity's rows in tenant that hold personal
+// fields of subject (its own row, those whose subject field holds it).
+func (t *Entity) subjectIDs(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, subject string) ([]uuid.UUID, error) {
+	var out []uuid.UUID
+	for _, g := range t.subjectGroups(subject) {
+		rows, err := tx.Query(ctx, fmt.Sprintf("SELECT id FROM %s WHERE %s AND tenant_id = $2", t.table, g.where), g.arg, [16]byte(tenant))
+		if err != nil {
+			return nil, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
 // SubjectRows returns the personal fields of the entity's rows in tenant
 // that belong to subject, by row id: those declared Personal of the row
 // whose id is subject, those declared PersonalOf a field holding subject.

@@ -64,7 +64,9 @@ func (s *Side) EnsureSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ensure read tables: %w", err)
 	}
-	return nil
+	// After the commit: a consumer reset waits for the consumer's passes,
+	// which read the read tables this transaction held locked.
+	return s.ensureEngines(ctx)
 }
 
 // ensureTable is a read table EnsureSchema keeps.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,19 +22,34 @@ import (
 // the row in its transaction, a rebuild, and a forget that nulls a
 // personal field.
 
-// searchPlan is an entity's search as its read table holds it.
+// searchPlan is an entity's search as its read table holds it, or as its
+// engine does.
 type searchPlan struct {
 	config string
-	fields []searchsql.Field // by name
+	fields []searchsql.Field // by name; none with an engine
+	// engine, when set, is the engine the search runs on (engineName in
+	// the configuration), holding index.
+	engine     search.Engine
+	engineName string
+	index      search.Index
 }
 
-func newSearchPlan(t *Entity) *searchPlan {
+// newSearchPlan is t's search; an engine it names must be in engines.
+func newSearchPlan(t *Entity, engines map[string]search.Engine) (*searchPlan, error) {
 	s, ok := t.e.Search()
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	return &searchPlan{config: s.Config, fields: searchsql.Fields(t.e.Table().Name, s.Config, s.Fields,
-		func(name string) string { return t.cols[name] }, spec.ColumnName)}
+	p := &searchPlan{config: s.Config}
+	if s.Engine == "" {
+		p.fields = searchsql.Fields(t.e.Table().Name, s.Config, s.Fields, func(name string) string { return t.cols[name] }, spec.ColumnName)
+		return p, nil
+	}
+	if p.engine = engines[s.Engine]; p.engine == nil {
+		return nil, fmt.Errorf("search of %s runs on the search engine %q, which the configuration does not register (SearchEngines)", t.e.Name(), s.Engine)
+	}
+	p.engineName, p.index = s.Engine, engineIndex(t, s)
+	return p, nil
 }
 
 // trgmSchema is the schema holding pg_trgm, quoted, looked up once.
@@ -49,7 +66,8 @@ func (s *Side) trgmSchema(ctx context.Context) (string, error) {
 }
 
 // ensureSearch adds an entity's search columns and indexes to its read
-// table and drops those of an earlier declaration.
+// table and drops those of an earlier declaration (all of them when the
+// search runs on an engine).
 func (s *Side) ensureSearch(ctx context.Context, tx pgx.Tx, t *Entity) error {
 	if t.search == nil {
 		return nil
@@ -93,6 +111,15 @@ func (s *Side) Search(ctx context.Context, u feature.User, t *Entity, in registr
 		if err := t.checkRead(u, f); err != nil {
 			return SearchResult{}, err
 		}
+	}
+	if p.engine != nil {
+		var readable []string
+		for _, f := range slices.Sorted(maps.Keys(p.index.Fields)) {
+			if t.specs[f].CanRead(u.Authenticated, u.HasRole) {
+				readable = append(readable, f)
+			}
+		}
+		return s.searchEngine(ctx, u, t, in, readable)
 	}
 	target := searchsql.Target{Table: t.table, Config: p.config, Select: t.selectList,
 		Key: []searchsql.Key{{Col: "id", Type: "uuid"}}, Args: []any{[16]byte(t.Tenant(u))}, Where: []string{"tenant_id = $1"}}

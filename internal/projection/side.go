@@ -27,6 +27,7 @@ import (
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
 	"github.com/kumiko-go/kumiko/registry"
+	"github.com/kumiko-go/kumiko/search"
 )
 
 // ApplyMSP runs a multi-stream projection's apply function for ev in tx,
@@ -46,6 +47,9 @@ type Config struct {
 	AsOfTimeout     time.Duration
 	// ApplyMSP runs multi-stream projections' apply functions in a rebuild.
 	ApplyMSP ApplyMSP
+	// SearchEngines are the search engines searches declared with
+	// feature.SearchEngine run on, by the names they give.
+	SearchEngines map[string]search.Engine
 }
 
 // Defaults of Config (see pipeline.Config).
@@ -114,7 +118,12 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Side, er
 		s.asOfTimeout = DefaultAsOfTimeout
 	}
 	for _, e := range reg.Entities() {
-		s.entities[e.Name()] = newEntity(s.schema, e)
+		t := newEntity(s.schema, e)
+		var err error
+		if t.search, err = newSearchPlan(t, cfg.SearchEngines); err != nil {
+			return nil, err
+		}
+		s.entities[e.Name()] = t
 	}
 	if cfg.Metrics != nil {
 		for _, c := range []prometheus.Collector{s.rebuilds, newProjectionLag(s)} {

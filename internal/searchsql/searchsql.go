@@ -49,7 +49,7 @@ type Field struct {
 	// Vector is its generated tsvector column, Index that column's GIN
 	// index and Trgm the trigram index of Col; unquoted.
 	Vector, Index, Trgm string
-	Weight byte
+	Weight              byte
 }
 
 // Fields are the searchable fields of weights in table (its name,

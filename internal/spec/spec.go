@@ -94,6 +94,9 @@ type Search struct {
 	Fields map[string]byte
 	// Config is the PostgreSQL text search configuration; "" = "simple".
 	Config string
+	// Engine names the search.Engine the search runs on; "" = in the read
+	// table.
+	Engine string
 }
 
 // Event is a domain event declared with Registrar.DefineEvent.
