@@ -10,7 +10,7 @@ import (
 	"github.com/kumiko-go/kumiko/kumikotest"
 	"github.com/kumiko-go/kumiko/pipeline"
 	"github.com/kumiko-go/kumiko/registry"
-	"github.com/kumiko-go/kumiko/search"
+	ksearch "github.com/kumiko-go/kumiko/search"
 	"github.com/kumiko-go/kumiko/search/pgsearch"
 )
 
@@ -32,7 +32,7 @@ func memos(weights feature.SearchFields) *feature.Feature {
 var memoWeights = feature.SearchFields{"title": feature.WeightA, "body": feature.WeightB, "author": feature.WeightC}
 
 // newEngine is a reference engine in a database of its own.
-func newEngine(t *testing.T) search.Engine {
+func newEngine(t *testing.T) ksearch.Engine {
 	t.Helper()
 	db := kumikotest.NewDB(t)
 	e, err := pgsearch.New(db.Pool, db.Schema)
@@ -59,7 +59,7 @@ func TestSearchOnAnEngineIsFedByItsConsumer(t *testing.T) {
 	t.Parallel()
 	engine := newEngine(t)
 	app := kumikotest.NewApp(t, []*feature.Feature{memos(memoWeights)},
-		kumikotest.ExecutorConfig(pipeline.Config{SearchEngines: map[string]search.Engine{"docs": engine}}))
+		kumikotest.ExecutorConfig(pipeline.Config{SearchEngines: map[string]ksearch.Engine{"docs": engine}}))
 	staff := kumikotest.User(tenantA, "staff", "User", "Staff")
 
 	byTitle := write(t, app, alice, "memo.create", `{"title":"Invoice overdue","body":"call the customer"}`)
@@ -95,7 +95,7 @@ func TestSearchOnAnEngineIsFedByItsConsumer(t *testing.T) {
 	require.Equal(t, "invalid_cursor", pe.Reason())
 
 	// An update changes what matches, a delete removes the row.
-	write(t, app, alice, "memo.update", `{"id":"`+byTitle["id"].(string)+`","version":1,"title":"Paid"}`)
+	write(t, app, alice, "memo.update", `{"id":"`+byTitle["id"].(string)+`","version":1,"changes":{"title":"Paid"}}`)
 	write(t, app, alice, "memo.delete", `{"id":"`+byTitle["id"].(string)+`","version":2}`)
 	app.CatchUpAll(t)
 	titles, _ = memoTitles(t, app, staff, `{"q":"invoice"}`)
@@ -106,13 +106,13 @@ func TestSearchOnAnEngineIsFedByItsConsumer(t *testing.T) {
 	// A forgotten subject's values leave the engine.
 	titles, _ = memoTitles(t, app, staff, `{"q":"lovelace"}`)
 	require.Equal(t, []string{"Harbour"}, titles)
-	page, err := engine.Search(ctx, "memo", search.Query{Tenant: tenantA, Text: "lovelace", Fields: []string{"author"}, Limit: 10})
+	page, err := engine.Search(ctx, "memo", ksearch.Query{Tenant: tenantA, Text: "lovelace", Fields: []string{"author"}, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, page.Hits, 1)
 	harbour := page.Hits[0].ID
 	require.NoError(t, app.Executor.ForgetSubject(ctx, tenantA, harbour))
 	app.CatchUpAll(t)
-	page, err = engine.Search(ctx, "memo", search.Query{Tenant: tenantA, Text: "lovelace", Fields: []string{"author"}, Limit: 10})
+	page, err = engine.Search(ctx, "memo", ksearch.Query{Tenant: tenantA, Text: "lovelace", Fields: []string{"author"}, Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, page.Hits, "the engine no longer holds the forgotten name")
 	titles, _ = memoTitles(t, app, staff, `{"q":"harbour"}`)
@@ -122,7 +122,7 @@ func TestSearchOnAnEngineIsFedByItsConsumer(t *testing.T) {
 func TestSearchOnAnEngineReindexesAChangedDeclaration(t *testing.T) {
 	t.Parallel()
 	engine := newEngine(t)
-	cfg := kumikotest.ExecutorConfig(pipeline.Config{SearchEngines: map[string]search.Engine{"docs": engine}})
+	cfg := kumikotest.ExecutorConfig(pipeline.Config{SearchEngines: map[string]ksearch.Engine{"docs": engine}})
 	app := kumikotest.NewApp(t, []*feature.Feature{memos(memoWeights)}, cfg)
 	staff := kumikotest.User(tenantA, "staff", "User", "Staff")
 	write(t, app, alice, "memo.create", `{"title":"Quarterly report","body":"numbers"}`)
@@ -135,7 +135,7 @@ func TestSearchOnAnEngineReindexesAChangedDeclaration(t *testing.T) {
 	// and empty, and its consumer starts again from the beginning.
 	reg, err := registry.Build(memos(feature.SearchFields{"title": feature.WeightC, "body": feature.WeightA}))
 	require.NoError(t, err)
-	next, err := pipeline.New(reg, app.Store, pipeline.Config{SearchEngines: map[string]search.Engine{"docs": engine}})
+	next, err := pipeline.New(reg, app.Store, pipeline.Config{SearchEngines: map[string]ksearch.Engine{"docs": engine}})
 	require.NoError(t, err)
 	require.NoError(t, next.EnsureSchema(ctx))
 	out, err := next.Query(ctx, staff, req("memo.search", `{"q":"quarterly"}`))

@@ -23,9 +23,9 @@ import (
 // digits and '_', starting with a letter, at most 40 bytes).
 type Engine interface {
 	// Ensure creates the index or changes it to def. It reports whether
-	// the index was created or its fields, weights or configuration
-	// changed since the last Ensure: then it holds no documents, and the
-	// caller puts every document again.
+	// the index was created or its fields, weights, filters or
+	// configuration changed since the last Ensure: then it holds no
+	// documents, and the caller puts every document again.
 	Ensure(ctx context.Context, def Index) (fresh bool, err error)
 	// Put adds documents to the index or replaces those of the same tenant
 	// and id. A document of a tenant is never found by another tenant's
@@ -36,7 +36,8 @@ type Engine interface {
 	Delete(ctx context.Context, index string, tenant uuid.UUID, ids ...string) error
 	// Search answers q (see Query for what must match and how hits are
 	// ordered). A cursor the engine did not hand out for the same query is
-	// ErrInvalidCursor.
+	// ErrInvalidCursor. A cursor is bound to the query's tenant, text,
+	// fields and filter.
 	Search(ctx context.Context, index string, q Query) (Page, error)
 }
 
@@ -95,7 +96,8 @@ type Query struct {
 // Page is a page of a search's hits.
 type Page struct {
 	// Hits are best first: a match in a field of a higher weight ranks
-	// above one in a lower; equal ranks by ID.
+	// above one in a lower; equal ranks by ID (in byte order). Never nil:
+	// empty when nothing matched.
 	Hits []Hit
 	// NextCursor continues after the page; "" on the last.
 	NextCursor string

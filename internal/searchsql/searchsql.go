@@ -40,6 +40,10 @@ const ColumnPrefix = "kumiko_search_"
 // missing or swapped letter in a word of seven or more letters.
 const typoThreshold = "0.4"
 
+// rankedChars is how many characters of a field a typo match's rank
+// looks at.
+const rankedChars = 500
+
 // Field is a searchable field of a table.
 type Field struct {
 	// Name is the field's name (a JSON name).
@@ -321,9 +325,11 @@ func page(ctx context.Context, db DB, t Target, words []string, limit int, cur *
 		matched := vec + " @@ kq.kumiko_q"
 		if typos {
 			// A typo match ranks by its similarity, scaled like ts_rank's
-			// weights.
-			similar = append(similar, fmt.Sprintf("CASE WHEN %s @@ kq.kumiko_q THEN 0 ELSE %s.word_similarity(kq.kumiko_words, coalesce(%s, '')) * %s END",
-				vec, t.Trgm, f.Col, weightScale(f.Weight)))
+			// weights, in the field's first rankedChars characters: its
+			// time grows with the square of the text's length (a
+			// repetitive 100 kB text took 20 s).
+			similar = append(similar, fmt.Sprintf("CASE WHEN %s @@ kq.kumiko_q THEN 0 ELSE %s.word_similarity(kq.kumiko_words, left(coalesce(%s, ''), %d)) * %s END",
+				vec, t.Trgm, f.Col, rankedChars, weightScale(f.Weight)))
 			matched += " OR " + similarTo + f.Col
 		}
 		heads = append(heads, fmt.Sprintf(`CASE WHEN %s
