@@ -7,7 +7,9 @@
 //     the suite makes it unique per run so that parallel runs share no queue;
 //   - E2E_FEATURES: "orders" or "billing" runs that sample's feature alone
 //     (the two apps of an integration); "ledger" the ordered integration
-//     handler below; empty runs the fault feature below;
+//     handler below; "memos" the memos below, searched on the reference
+//     search engine (search/pgsearch) in the app's schema; empty runs the
+//     fault feature below;
 //   - E2E_BLOCK: when set, the consumer e2e-deliveries blocks for ever,
 //     ignoring its context, on a note titled "block";
 //   - E2E_WORK_DELAY: how long a run of e2e.work takes (default 100ms);
@@ -21,17 +23,21 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumiko-go/kumiko/feature"
 	"github.com/kumiko-go/kumiko/kumiko"
 	"github.com/kumiko-go/kumiko/samples/billing"
 	"github.com/kumiko-go/kumiko/samples/orders"
+	"github.com/kumiko-go/kumiko/search"
+	"github.com/kumiko-go/kumiko/search/pgsearch"
 )
 
 func main() {
@@ -51,6 +57,20 @@ func main() {
 		kumiko.Main(cfg, billing.Feature)
 	case "ledger":
 		kumiko.Main(cfg, ledger(pgx.Identifier{cmp.Or(os.Getenv("KUMIKO_SCHEMA"), "public"), "e2e_steps"}.Sanitize()))
+	case "memos":
+		// The engine's own pool: it connects on first use.
+		pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL"))
+		if err == nil {
+			var engine *pgsearch.Engine
+			if engine, err = pgsearch.New(pool, cmp.Or(os.Getenv("KUMIKO_SCHEMA"), "public")); err == nil {
+				cfg.SearchEngines = map[string]search.Engine{"docs": engine}
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "search engine:", err)
+			os.Exit(2)
+		}
+		kumiko.Main(cfg, memos)
 	default:
 		delay, err := time.ParseDuration(cmp.Or(os.Getenv("E2E_WORK_DELAY"), "100ms"))
 		if err != nil {
@@ -65,6 +85,13 @@ func main() {
 		kumiko.Main(cfg, f.feature())
 	}
 }
+
+// memos are searched on the search engine "docs".
+var memos = feature.Define("memos", func(r *feature.Registrar) {
+	r.Entity("memo", feature.Fields{"title": feature.Text().Required(), "body": feature.Text()})
+	r.Crud("memo", feature.Access{Write: feature.AnyUser(), Read: feature.AnyUser()})
+	r.Search("memo", feature.SearchFields{"title": feature.WeightA, "body": feature.WeightB}, feature.SearchEngine("docs"))
+})
 
 // Step is the contract e2e.step: the seq-th message of a stream, which
 // orders its messages.
