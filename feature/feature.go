@@ -115,6 +115,10 @@ func (f *Feature) Spec() spec.Definitions {
 	}
 	for _, s := range f.defs.Searches {
 		s.Fields = maps.Clone(s.Fields)
+		if r, ok := s.Access.(Rule); ok {
+			r.roles = slices.Clone(r.roles)
+			s.Access = r
+		}
 		d.Searches = append(d.Searches, s)
 	}
 	d.Problems = slices.Clone(f.defs.Problems)

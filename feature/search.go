@@ -2,6 +2,7 @@ package feature
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/kumiko-go/kumiko/internal/spec"
 )
@@ -18,8 +19,9 @@ const (
 	WeightD Weight = 'D'
 )
 
-// SearchFields maps the searchable text fields of an entity (their JSON
-// names) to their weights.
+// SearchFields maps the searchable text fields to their weights: an
+// entity's fields by their JSON names, a projection table's text columns
+// by their column names.
 type SearchFields map[string]Weight
 
 // SearchOption configures Registrar.Search.
@@ -57,20 +59,40 @@ func SearchEngine(name string) SearchOption {
 	return o
 }
 
-// Search makes entity, an entity of this feature with Crud, searchable by
-// the text fields in fields (see docs/search.md): the generated query
-// "<entity>.search" takes {"q", "filter", "limit", "cursor"} and answers
-// the matching rows of the caller's tenant, best first, with highlighted
-// snippets. Every word must match: as a prefix ("inv" finds "invoice"),
-// or — when nothing matches so — with a typo ("invocie" finds "invoice").
-// The query has the entity list's access
-// rule, and a field the caller may not read neither shows nor matches.
-// The index lives in the entity's read table and is kept in the write
-// transaction; a change of fields, weights or configuration reindexes at
-// the next start.
-func (r *Registrar) Search(entity string, fields SearchFields, opts ...SearchOption) {
-	it := item("search", entity)
-	def := spec.Search{Entity: entity, Fields: make(map[string]byte, len(fields))}
+// SearchAccess is the access rule of the generated search query. A
+// projection's search needs one unless the projection has a Read rule,
+// which is its default; an entity's search defaults to the rule of the
+// entity's list, which SearchAccess replaces.
+func SearchAccess(rule Rule) SearchOption {
+	rule.roles = slices.Clone(rule.roles)
+	o := SearchOption{apply: func(s *spec.Search) { s.Access = rule }}
+	if rule.IsZero() {
+		o.problem = "SearchAccess needs a rule (AnyUser, Roles, …); the zero Rule allows nobody"
+	}
+	return o
+}
+
+// Search makes name searchable by the text fields in fields (see
+// docs/search.md): an entity of this feature, by its text fields, or an
+// inline projection or a multi-stream projection with a table of this
+// feature, by its text columns (the table needs a tenant_id uuid column
+// and a primary key). The generated query "<name>.search" takes {"q",
+// "filter", "limit", "cursor"} and answers the matching rows of the
+// caller's tenant, best first, with highlighted snippets. Every word must
+// match: as a prefix ("inv" finds "invoice"), or — when nothing matches
+// so — with a typo ("invocie" finds "invoice").
+//
+// The query's access rule is SearchAccess's, else the entity list's or
+// the projection's Read rule; a field or column the caller may not read
+// neither shows nor matches. The index lives in the searched table (an
+// entity's may live in a search engine instead: SearchEngine): an
+// entity's and an inline projection's are kept in the write transaction,
+// a multi-stream projection's in its consumer's; a change of fields,
+// weights or configuration reindexes at the next start, and a
+// projection's rebuild rebuilds it.
+func (r *Registrar) Search(name string, fields SearchFields, opts ...SearchOption) {
+	it := item("search", name)
+	def := spec.Search{Entity: name, Fields: make(map[string]byte, len(fields))}
 	for name, w := range maps.All(fields) {
 		def.Fields[name] = byte(w)
 	}

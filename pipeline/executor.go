@@ -279,8 +279,8 @@ func (d *Executor) inWriteTx(ctx context.Context, c *Caller, fn func(ctx context
 	return nil
 }
 
-// Query runs a CRUD list or detail or a query handler. Query handlers run in
-// a read-only transaction.
+// Query runs a CRUD list or detail, a search (an entity's or a projection's)
+// or a query handler. Query handlers run in a read-only transaction.
 func (d *Executor) Query(ctx context.Context, c Caller, req Request) (_ any, qerr error) {
 	ctx, span := d.tracer.Start(ctx, "query."+req.Type, trace.WithAttributes(attribute.String("kumiko.type", req.Type)))
 	defer func() { endSpan(span, qerr) }()
@@ -298,6 +298,10 @@ func (d *Executor) Query(ctx context.Context, c Caller, req Request) (_ any, qer
 	case registry.VerbDetail:
 		out, err = d.proj.Detail(ctx, c.User, d.proj.Entity(h.Entity), in.(registry.DetailInput))
 	case registry.VerbSearch:
+		if h.Projection != "" {
+			out, err = d.proj.SearchProjection(ctx, c.User, h.Projection, in.(registry.SearchInput))
+			break
+		}
 		out, err = d.proj.Search(ctx, c.User, d.proj.Entity(h.Entity), in.(registry.SearchInput))
 	default:
 		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {

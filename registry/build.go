@@ -151,13 +151,23 @@ func (b *builder) build(features []*feature.Feature) {
 		}
 	}
 	for _, d := range b.defs {
-		for _, s := range d.Searches {
-			b.search(d.Name, s)
+		for _, e := range d.Entities {
+			b.writtenBy(d.Name, e)
 		}
 	}
 	for _, d := range b.defs {
-		for _, e := range d.Entities {
-			b.writtenBy(d.Name, e)
+		for _, p := range d.Projections {
+			b.projection(d.Name, p.Name, p.Inline.(feature.InlineProjection))
+		}
+		for _, m := range d.MSPs {
+			b.msp(d.Name, m.(feature.MultiStreamProjection))
+		}
+	}
+	// Searches come after the lists, whose access rules an entity's takes,
+	// and after the projections, whose tables a projection's searches.
+	for _, d := range b.defs {
+		for _, s := range d.Searches {
+			b.search(d.Name, s)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(b.reg.handlers)) {
@@ -173,12 +183,6 @@ func (b *builder) build(features []*feature.Feature) {
 		}
 	}
 	for _, d := range b.defs {
-		for _, p := range d.Projections {
-			b.projection(d.Name, p.Name, p.Inline.(feature.InlineProjection))
-		}
-		for _, m := range d.MSPs {
-			b.msp(d.Name, m.(feature.MultiStreamProjection))
-		}
 		for _, j := range d.Jobs {
 			b.job(d.Name, j)
 		}

@@ -107,9 +107,14 @@ type Handler struct {
 	// Invoke runs a command or query handler; nil for CRUD handlers, which
 	// the pipeline executes itself (see Verb and Entity).
 	Invoke func(ctx feature.CommandContext, in any) (any, error)
-	// Verb and Entity are set for CRUD handlers only.
+	// Verb and Entity are set for CRUD handlers only; Verb is VerbSearch
+	// for a search query too, which names its entity in Entity or its
+	// projection in Projection.
 	Verb   CrudVerb
 	Entity string
+	// Projection is the inline or multi-stream projection whose table a
+	// search query searches; "" for every other handler.
+	Projection string
 }
 
 // EventType is a compiled event type.
@@ -229,6 +234,8 @@ type Projection struct {
 	apply   map[string]feature.ProjectionApplyFunc
 	events  []string
 	read    feature.Rule
+	// search is the full-text search of the table; nil = none.
+	search *Search
 }
 
 // Name is the projection's name.
@@ -262,6 +269,8 @@ type MSP struct {
 	feature string
 	m       feature.MultiStreamProjection
 	events  []string
+	// search is the full-text search of the table; nil = none.
+	search *Search
 }
 
 // Name is the consumer's name.
@@ -401,7 +410,7 @@ func (r *Registry) ResultSchema(name string) json.RawMessage {
 	if !ok {
 		return nil
 	}
-	if h.Entity == "" {
+	if h.Entity == "" && h.Projection == "" {
 		return slices.Clone(r.results[name])
 	}
 	p := r.payloads[name]

@@ -58,7 +58,8 @@ type projectionQuery struct {
 	name  string           // the projection, for errors
 	def   feature.TableDef // its declared columns
 	table string           // schema-qualified
-	// columns is the select list of the table's rows; "" is every column.
+	// columns is the select list of the table's rows; "" is every
+	// declared column (not a search's own: see searchsql).
 	columns string
 	tenant  uuid.UUID
 	err     error
@@ -83,7 +84,7 @@ func (q *projectionQuery) sql(selectList string, f feature.ProjectionFilter, ord
 	args := append(slices.Clone(f.Args), [16]byte(q.tenant))
 	var b strings.Builder
 	fmt.Fprintf(&b, "SELECT %s FROM (SELECT %s FROM %s WHERE tenant_id = $%d) AS %s",
-		selectList, cmp.Or(q.columns, "*"), q.table, len(args), pgx.Identifier{q.def.Name}.Sanitize())
+		selectList, cmp.Or(q.columns, declaredColumns(q.def)), q.table, len(args), pgx.Identifier{q.def.Name}.Sanitize())
 	if f.Where != "" {
 		fmt.Fprintf(&b, " WHERE (%s)", f.Where)
 	}
@@ -332,6 +333,15 @@ func (s *Side) Query(ctx context.Context, db pgx.Tx, u feature.User, name string
 		q.def, q.columns = readableColumns(q.def, u)
 	}
 	return q
+}
+
+// declaredColumns is the select list of def's columns.
+func declaredColumns(def feature.TableDef) string {
+	cols := make([]string, len(def.Columns))
+	for i, c := range def.Columns {
+		cols[i] = c.Name
+	}
+	return idents(cols)
 }
 
 func hasColumn(t feature.TableDef, name string) bool {

@@ -280,7 +280,17 @@ func (r *rebuild) run(ctx context.Context) error {
 			break
 		}
 	}
-	// (4) final catch-up and swap.
+	// (4) the search columns and indexes of a searchable table: computed
+	// over the replayed rows at once, which is faster than row by row.
+	if ts := s.tables[r.t.name]; ts != nil {
+		err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
+			return s.ensureSearchOf(ctx, tx, r.t.name, s.qualify(r.shadow), ts.config, ts.fieldsOf(r.shadow))
+		})
+		if err != nil {
+			return fmt.Errorf("shadow table: %w", err)
+		}
+	}
+	// (5) final catch-up and swap.
 	var lastErr error
 	for range swapAttempts {
 		err := pgx.BeginFunc(ctx, r.conn, r.swap(ctx))
@@ -596,8 +606,8 @@ func (r *rebuild) catchUpMSP(ctx context.Context, tx pgx.Tx) error {
 }
 
 // replace drops the live table and renames the shadow table and its
-// indexes to the live names, so a later EnsureSchema or rebuild finds them
-// where it expects them.
+// indexes, its search's among them, to the live names, so a later
+// EnsureSchema or rebuild finds them where it expects them.
 func (r *rebuild) replace(ctx context.Context, tx pgx.Tx) error {
 	shadow := r.s.qualify(r.shadow)
 	rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass`, shadow)
@@ -615,6 +625,16 @@ func (r *rebuild) replace(ctx context.Context, tx pgx.Tx) error {
 	for _, ix := range indexes {
 		if rest, ok := strings.CutPrefix(ix, r.shadow); ok {
 			stmts = append(stmts, `ALTER INDEX `+r.s.qualify(ix)+` RENAME TO `+pgx.Identifier{r.t.table.Name + rest}.Sanitize())
+		}
+	}
+	// A search's index names hold their table's name (searchsql.Fields):
+	// the shadow's take the names the live table's declaration gives.
+	if ts := r.s.tables[r.t.name]; ts != nil {
+		live := ts.fieldsOf(r.t.table.Name)
+		for i, f := range ts.fieldsOf(r.shadow) {
+			stmts = append(stmts,
+				`ALTER INDEX `+r.s.qualify(f.Index)+` RENAME TO `+pgx.Identifier{live[i].Index}.Sanitize(),
+				`ALTER INDEX `+r.s.qualify(f.Trgm)+` RENAME TO `+pgx.Identifier{live[i].Trgm}.Sanitize())
 		}
 	}
 	for _, s := range stmts {
@@ -674,6 +694,17 @@ func (s *Side) checkBuilt(ctx context.Context, tx pgx.Tx, name string, msp bool)
 	}
 	s.built.Store(name, true)
 	return nil
+}
+
+// checkBuiltOnPool is checkBuilt in a read-only transaction of its own,
+// once the answer is not known to be kept.
+func (s *Side) checkBuiltOnPool(ctx context.Context, name string, msp bool) error {
+	if _, ok := s.built.Load(name); ok {
+		return nil
+	}
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return s.checkBuilt(ctx, tx, name, msp)
+	})
 }
 
 // ProjectionStatuses reports every inline projection and table-backed

@@ -12,7 +12,8 @@ import (
 
 // EnsureSchema creates the read tables of every entity and inline projection
 // that do not exist yet and adds columns that were declared since (the
-// executor's own tables are Migrate's). It runs in one transaction under an
+// executor's own tables are Migrate's), and keeps the search columns and
+// indexes of the searchable ones as declared. It runs in one transaction under an
 // advisory lock, so N processes may boot at once. Columns
 // are never dropped or retyped: that is a projection rebuild.
 //
@@ -56,6 +57,11 @@ func (s *Side) EnsureSchema(ctx context.Context) error {
 		}
 		for _, e := range s.reg.Entities() {
 			if err := s.ensureSearch(ctx, tx, s.entities[e.Name()]); err != nil {
+				return err
+			}
+		}
+		for _, ts := range s.tableSearches() {
+			if err := s.ensureSearchOf(ctx, tx, ts.name, ts.table, ts.config, ts.fields); err != nil {
 				return err
 			}
 		}

@@ -17,10 +17,12 @@ import (
 	"github.com/kumiko-go/kumiko/search"
 )
 
-// An entity's full-text search (feature.Registrar.Search) lives in its read
-// table (internal/searchsql): its generated columns follow every write of
-// the row in its transaction, a rebuild, and a forget that nulls a
-// personal field.
+// A full-text search (feature.Registrar.Search) lives in the table it
+// searches (internal/searchsql): its generated columns follow every write
+// of a row in its transaction — an entity's write, an inline projection's
+// apply in the write's transaction, a multi-stream projection's in its
+// consumer's pass, a rebuild's replay, a forget that nulls a personal
+// field.
 
 // searchPlan is an entity's search as its read table holds it, or as its
 // engine does.
@@ -72,15 +74,96 @@ func (s *Side) ensureSearch(ctx context.Context, tx pgx.Tx, t *Entity) error {
 	if t.search == nil {
 		return nil
 	}
-	trgm, _, err := searchsql.Ensure(ctx, tx, s.schema, t.table, t.search.config, t.search.fields)
+	return s.ensureSearchOf(ctx, tx, t.e.Name(), t.table, t.search.config, t.search.fields)
+}
+
+// ensureSearchOf adds the search columns and indexes of fields to table
+// (schema-qualified), the one of name's search, and drops those of an
+// earlier declaration.
+func (s *Side) ensureSearchOf(ctx context.Context, tx pgx.Tx, name, table, config string, fields []searchsql.Field) error {
+	trgm, _, err := searchsql.Ensure(ctx, tx, s.schema, table, config, fields)
 	if err != nil {
-		return fmt.Errorf("search of %s: %w", t.e.Name(), err)
+		return fmt.Errorf("search of %s: %w", name, err)
 	}
 	s.trgm.Store(&trgm)
 	return nil
 }
 
-// SearchResult is a page of an entity's search.
+// tableSearch is the search of an inline or multi-stream projection's
+// table.
+type tableSearch struct {
+	name   string // the projection
+	msp    bool
+	def    feature.TableDef
+	table  string // schema-qualified
+	config string
+	// weights are the searchable columns' weights, by column name.
+	weights map[string]byte
+	fields  []searchsql.Field // of the live table, by column name
+	// key is the primary key, which orders equal ranks.
+	key []searchsql.Key
+	// byJSON maps the columns but tenant_id by their JSON names.
+	byJSON map[string]feature.Column
+}
+
+func newTableSearch(schema, name string, msp bool, def feature.TableDef, s registry.Search) *tableSearch {
+	ts := &tableSearch{name: name, msp: msp, def: def, table: pgx.Identifier{schema, def.Name}.Sanitize(),
+		config: s.Config, weights: s.Fields, byJSON: map[string]feature.Column{}}
+	ts.fields = ts.fieldsOf(def.Name)
+	for _, col := range def.PrimaryKey {
+		c, _ := def.Column(col)
+		ts.key = append(ts.key, searchsql.Key{Col: pgx.Identifier{col}.Sanitize(), Type: c.Type})
+	}
+	for _, c := range def.Columns {
+		if c.Name != "tenant_id" {
+			ts.byJSON[spec.JSONName(c.Name)] = c
+		}
+	}
+	return ts
+}
+
+// fieldsOf are the search's fields in the table called table (unquoted):
+// the live table or its rebuild's shadow, whose index names differ.
+func (ts *tableSearch) fieldsOf(table string) []searchsql.Field {
+	return searchsql.Fields(table, ts.config, ts.weights,
+		func(col string) string { return pgx.Identifier{col}.Sanitize() }, func(col string) string { return col })
+}
+
+// tableSearches are the searches of projection tables, in registry order.
+func (s *Side) tableSearches() []*tableSearch {
+	var out []*tableSearch
+	for _, p := range s.reg.Projections() {
+		if ts := s.tables[p.Name()]; ts != nil {
+			out = append(out, ts)
+		}
+	}
+	for _, m := range s.reg.MSPs() {
+		if ts := s.tables[m.Name()]; ts != nil {
+			out = append(out, ts)
+		}
+	}
+	return out
+}
+
+// tableSearches are the searches of the registry's projection tables, by
+// projection.
+func tableSearches(schema string, reg *registry.Registry) map[string]*tableSearch {
+	out := map[string]*tableSearch{}
+	for _, p := range reg.Projections() {
+		if s, ok := p.Search(); ok {
+			out[p.Name()] = newTableSearch(schema, p.Name(), false, p.Table(), s)
+		}
+	}
+	for _, m := range reg.MSPs() {
+		s, ok := m.Search()
+		if t, hasTable := m.Table(); ok && hasTable {
+			out[m.Name()] = newTableSearch(schema, m.Name(), true, t, s)
+		}
+	}
+	return out
+}
+
+// SearchResult is a page of a search.
 type SearchResult struct {
 	Hits []SearchHit `json:"hits"`
 	// NextCursor continues after the page; "" on the last.
@@ -149,6 +232,77 @@ func (s *Side) Search(ctx context.Context, u feature.User, t *Entity, in registr
 	res := SearchResult{Hits: make([]SearchHit, len(hits)), NextCursor: next}
 	for i, h := range hits {
 		res.Hits[i] = SearchHit{Row: t.Visible(t.rowOf(h.Values), u), Rank: h.Rank, Highlights: h.Highlights}
+	}
+	return res, nil
+}
+
+// SearchProjection answers the search query of the inline or multi-stream
+// projection called name for u: the rows of u's tenant in which every word
+// of in.Q matches a searchable column u may read, best first, then by
+// primary key, with highlighted snippets. A row is its columns u may read
+// but tenant_id, by their JSON names, as QueryProjection answers it; a
+// filter by a column u may not read is refused (access_denied,
+// field_access). A table still being built from the stored events
+// answers projection_rebuild_in_progress, as its queries do.
+func (s *Side) SearchProjection(ctx context.Context, u feature.User, name string, in registry.SearchInput) (SearchResult, error) {
+	ts := s.tables[name]
+	if ts == nil {
+		return SearchResult{}, fmt.Errorf("projection %s has no search", name)
+	}
+	readable, _ := readableColumns(ts.def, u)
+	canRead := map[string]bool{}
+	var cols []string
+	for _, c := range readable.Columns {
+		canRead[c.Name] = true
+		if c.Name != "tenant_id" {
+			cols = append(cols, c.Name)
+		}
+	}
+	target := searchsql.Target{Table: ts.table, Config: ts.config, Select: idents(cols), Key: ts.key,
+		Args: []any{[16]byte(u.TenantID)}, Where: []string{"tenant_id = $1"}}
+	for _, f := range slices.Sorted(maps.Keys(in.Filter)) {
+		c := ts.byJSON[f]
+		if !canRead[c.Name] {
+			return SearchResult{}, kumikotype.NewError(kumikotype.CodeAccessDenied, kumikotype.ReasonFieldAccess, "you may not read the column "+f, nil).With("field", f)
+		}
+		col, typ := pgx.Identifier{c.Name}.Sanitize(), spec.FilterType(c.Type).ColumnType()
+		if v := in.Filter[f]; v == nil {
+			target.Where = append(target.Where, col+" IS NULL")
+		} else {
+			target.Args = append(target.Args, toText(v, typ))
+			target.Where = append(target.Where, fmt.Sprintf("%s = $%d::text::%s", col, len(target.Args), typ))
+		}
+	}
+	for _, f := range ts.fields {
+		if canRead[f.Name] {
+			target.Fields = append(target.Fields, f)
+		}
+	}
+	if err := s.checkBuiltOnPool(ctx, name, ts.msp); err != nil {
+		return SearchResult{}, err
+	}
+	var err error
+	if target.Trgm, err = s.trgmSchema(ctx); err != nil {
+		return SearchResult{}, err
+	}
+	hits, next, err := searchsql.Search(ctx, s.pool, target, in.Q, in.Limit, in.Cursor)
+	if errors.Is(err, search.ErrInvalidCursor) {
+		return SearchResult{}, kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this search", err)
+	}
+	if err != nil {
+		return SearchResult{}, err
+	}
+	res := SearchResult{Hits: make([]SearchHit, len(hits)), NextCursor: next}
+	for i, h := range hits {
+		row := make(map[string]any, len(cols))
+		for j, col := range cols {
+			row[spec.JSONName(col)] = fromDB(h.Values[j])
+		}
+		highlights := make(map[string]string, len(h.Highlights))
+		for col, snippet := range h.Highlights {
+			highlights[spec.JSONName(col)] = snippet
+		}
+		res.Hits[i] = SearchHit{Row: row, Rank: h.Rank, Highlights: highlights}
 	}
 	return res, nil
 }

@@ -77,6 +77,8 @@ type Side struct {
 	rebuilds  *prometheus.HistogramVec
 	consumers *consumer.Ops
 	entities  map[string]*Entity
+	// tables are the searches of projection tables, by projection.
+	tables map[string]*tableSearch
 	// asOfSlots holds a token per running as-of list; nil: no bound.
 	asOfSlots   chan struct{}
 	asOfTimeout time.Duration
@@ -125,6 +127,7 @@ func New(reg *registry.Registry, store *eventstore.Store, cfg Config) (*Side, er
 		}
 		s.entities[e.Name()] = t
 	}
+	s.tables = tableSearches(s.schema, reg)
 	if cfg.Metrics != nil {
 		for _, c := range []prometheus.Collector{s.rebuilds, newProjectionLag(s)} {
 			if err := cfg.Metrics.Register(c); err != nil {

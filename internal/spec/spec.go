@@ -86,17 +86,22 @@ type Crud struct {
 	Access any
 }
 
-// Search is an entity's full-text search declared with Registrar.Search.
+// Search is the full-text search of an entity or a projection's table
+// declared with Registrar.Search.
 type Search struct {
+	// Entity names the entity, or the inline or multi-stream projection,
+	// whose table is searched.
 	Entity string
-	// Fields maps the searchable fields (JSON names) to their weights, 'A'
-	// (most) to 'D'.
+	// Fields maps the searchable fields (an entity's JSON names, a
+	// projection table's column names) to their weights, 'A' (most) to 'D'.
 	Fields map[string]byte
 	// Config is the PostgreSQL text search configuration; "" = "simple".
 	Config string
 	// Engine names the search.Engine the search runs on; "" = in the read
 	// table.
 	Engine string
+	// Access is the feature.Rule given to SearchAccess; nil when none was.
+	Access any
 }
 
 // Event is a domain event declared with Registrar.DefineEvent.
@@ -278,6 +283,36 @@ func (t FieldType) ColumnType() string {
 		return "uuid"
 	case TypeJSON:
 		return "jsonb"
+	}
+	return ""
+}
+
+// FilterType is the field type of the values a filter compares a
+// projection table's column of SQL type typ with — text, a number, a
+// boolean, a timestamp, a uuid or a jsonb value —, "" for a column no
+// filter compares. A value of a field type casts to the field type's
+// ColumnType without fail, and PostgreSQL compares that type with each
+// of these column types.
+func FilterType(typ string) FieldType {
+	typ = strings.Join(strings.Fields(strings.ToLower(typ)), " ")
+	if strings.HasSuffix(typ, "]") {
+		return ""
+	}
+	base, _, _ := strings.Cut(typ, "(")
+	switch strings.TrimSpace(base) {
+	case "text", "varchar", "character varying", "char", "character", "bpchar":
+		return TypeText
+	case "smallint", "integer", "int", "int2", "int4", "int8", "bigint", "numeric", "decimal",
+		"real", "float", "float4", "float8", "double precision":
+		return TypeNumber
+	case "boolean", "bool":
+		return TypeBool
+	case "timestamptz", "timestamp with time zone":
+		return TypeTimestamp
+	case "uuid":
+		return TypeUUID
+	case "jsonb":
+		return TypeJSON
 	}
 	return ""
 }

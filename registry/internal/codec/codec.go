@@ -96,13 +96,18 @@ type Payload struct {
 	Schema json.RawMessage
 }
 
-// Entity is what decoding needs of an entity. It is shared with the
-// registry and never changed after boot.
+// Entity is what decoding needs of an entity, or of a projection's table
+// (Table). It is shared with the registry and never changed after boot.
 type Entity struct {
 	Name string
-	// Fields by JSON name, defaults normalised.
+	// Fields by JSON name, defaults normalised. A table's are its columns
+	// but tenant_id; one whose type is no field type's (an array, a date,
+	// json…) has the zero Type: it shows in rows but filters nothing.
 	Fields map[string]spec.Field
 	// Names are the field names, sorted.
 	Names      []string
 	SoftDelete bool
+	// Table marks a projection's table: its rows are its columns, with no
+	// id, version or timestamps of the framework's.
+	Table bool
 }

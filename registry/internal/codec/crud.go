@@ -94,7 +94,8 @@ type ListInput struct {
 	AsOf time.Time
 }
 
-// SearchInput is the decoded payload of <entity>.search.
+// SearchInput is the decoded payload of <name>.search, an entity's or a
+// projection's.
 type SearchInput struct {
 	// Q is the text searched for: 1 to MaxSearchText bytes with a letter or
 	// digit.
@@ -103,7 +104,8 @@ type SearchInput struct {
 	Limit int
 	// Cursor is the opaque cursor of the previous page ("" = first).
 	Cursor string
-	// Filter are equality conditions as a list's.
+	// Filter are equality conditions as a list's; a projection's by its
+	// columns' JSON names.
 	Filter map[string]any
 }
 
@@ -402,8 +404,9 @@ func listLimit(v any, errs *problems) int {
 	return n
 }
 
-// listFilter reads a list's "filter": equality conditions on the entity's
-// fields and id, normalised like field values (a nil value means IS NULL).
+// listFilter reads a list's or a search's "filter": equality conditions on
+// the entity's fields and id, or on a table's columns, normalised like
+// field values (a nil value means IS NULL).
 func listFilter(e *Entity, v any, errs *problems) map[string]any {
 	f, ok := v.(map[string]any)
 	if !ok {
@@ -414,11 +417,18 @@ func listFilter(e *Entity, v any, errs *problems) map[string]any {
 	for _, name := range slices.Sorted(maps.Keys(f)) {
 		path := joinKey("filter", name)
 		fs, ok := e.Fields[name]
-		if name == "id" {
+		if name == "id" && !e.Table {
 			fs, ok = spec.Field{Type: spec.TypeUUID}, true
 		}
-		if !ok {
+		switch {
+		case !ok && e.Table:
+			errs.fail(path, kumikotype.FieldCodeUnknownField, "is not a column of "+e.Name)
+			continue
+		case !ok:
 			errs.fail(path, kumikotype.FieldCodeUnknownField, "is not a field of "+e.Name)
+			continue
+		case fs.Type == "":
+			errs.fail(path, kumikotype.FieldCodeType, "is a column of a type a filter cannot compare")
 			continue
 		}
 		if f[name] == nil {

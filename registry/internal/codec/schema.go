@@ -379,10 +379,14 @@ func crudSchema(e *Entity, kind Kind) (json.RawMessage, error) {
 		}
 		return rootSchema(objectSchema(props, nil))
 	case Search:
-		filter := map[string]any{"id": uuidSchema()}
+		filter := map[string]any{}
+		if !e.Table {
+			filter["id"] = uuidSchema()
+		}
 		for _, name := range e.Names {
-			fs := e.Fields[name]
-			filter[name] = fieldSchema(spec.Field{Type: fs.Type, Enum: fs.Enum}, true)
+			if fs := e.Fields[name]; fs.Type != "" {
+				filter[name] = fieldSchema(spec.Field{Type: fs.Type, Enum: fs.Enum}, true)
+			}
 		}
 		return rootSchema(objectSchema(map[string]any{
 			"q":      map[string]any{"type": "string", "minLength": 1, "maxLength": MaxSearchText},
@@ -399,6 +403,17 @@ func crudSchema(e *Entity, kind Kind) (json.RawMessage, error) {
 // required may be null; deletedAt is there with soft delete.
 func StateSchema(e *Entity) (json.RawMessage, error) {
 	return rootSchema(stateSchema(e))
+}
+
+// tableRowSchema is a row of a projection's table as a search answers it:
+// its columns, each of which may be null or, when the caller may not read
+// it, missing.
+func tableRowSchema(e *Entity) map[string]any {
+	props := map[string]any{}
+	for _, name := range e.Names {
+		props[name] = fieldSchema(e.Fields[name], true)
+	}
+	return objectSchema(props, nil)
 }
 
 func stateSchema(e *Entity) map[string]any {
@@ -424,9 +439,13 @@ func stateSchema(e *Entity) map[string]any {
 
 // ResultSchema is the JSON Schema of the data a CRUD handler of kind k on e
 // answers: the state after a write (a hard delete answers only id and
-// version), the state or null for a detail, a page of states for a list.
+// version), the state or null for a detail, a page of states for a list,
+// a page of hits for a search (of a table's rows, for a Table).
 func ResultSchema(e *Entity, k Kind) (json.RawMessage, error) {
 	state := stateSchema(e)
+	if e.Table {
+		state = tableRowSchema(e)
+	}
 	switch k {
 	case ID:
 		if !e.SoftDelete {
