@@ -312,6 +312,11 @@ func TestSearchOfAProjectionDeclarationErrors(t *testing.T) {
 			inline(r, feature.AnyUser(), nil)
 			r.Search("ticket_board", feature.SearchFields{"title": 'Z'})
 		}, it, registry.RuleSearch, `field "title" has weight 'Z'`},
+		{"on an engine", func(r *feature.Registrar) {
+			entity(r)
+			inline(r, feature.AnyUser(), nil)
+			r.Search("ticket_board", feature.SearchFields{"title": feature.WeightA}, feature.SearchEngine("docs"))
+		}, it, registry.RuleSearch, `SearchEngine("docs"): a projection's search runs in its table`},
 		{"an msp without a tenant", func(r *feature.Registrar) {
 			entity(r)
 			table := board("wall")
