@@ -181,7 +181,9 @@ type rebuild struct {
 // every event the projection applies, in id order, into a shadow table
 // built from the same definition, while writes keep going to the live table
 // and reads keep reading it; then, in one short transaction, it applies the
-// events committed since and swaps the shadow in. On failure the shadow is
+// events committed since and swaps the shadow in. A searchable table's
+// search columns and indexes are made over the shadow once its replay is
+// done and take the live names in the swap. On failure the shadow is
 // dropped, the live table is untouched and the status is "failed". See the
 // "Rebuilds" section of docs/dispatcher.md for why no event is lost or
 // applied twice.

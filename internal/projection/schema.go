@@ -13,8 +13,8 @@ import (
 // EnsureSchema creates the read tables of every entity and inline projection
 // that do not exist yet and adds columns that were declared since (the
 // executor's own tables are Migrate's), and keeps the search columns and
-// indexes of the searchable ones as declared. It runs in one transaction under an
-// advisory lock, so N processes may boot at once. Columns
+// indexes of the searchable ones as declared. It runs in one transaction
+// under an advisory lock, so N processes may boot at once. Declared columns
 // are never dropped or retyped: that is a projection rebuild.
 //
 // A projection table it creates while events the projection applies exist
