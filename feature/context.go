@@ -81,6 +81,12 @@ type CommandContext interface {
 	// table-backed multi-stream projection, or an entity's read table by
 	// entity name), filtered to the request's tenant.
 	QueryProjection(name string) ProjectionQuery
+	// Search runs the search of the entity or projection name (the query
+	// "<name>.search", see Registrar.Search) as the caller: its access
+	// rule, its tenant and its field read rules apply, and bad input is
+	// the same validation_error. It finds what is committed: this
+	// handler's own writes so far are not among the hits.
+	Search(name string, req SearchRequest) (SearchResults, error)
 
 	// Publish publishes an integration event; see [Registrar.IntegrationEvent].
 	Publish(event string, payload any) error

@@ -108,3 +108,35 @@ func (r *Registrar) Search(name string, fields SearchFields, opts ...SearchOptio
 	}
 	r.record(it, func(d *spec.Definitions) { d.Searches = append(d.Searches, def) })
 }
+
+// SearchRequest is a search a handler runs with CommandContext.Search: the
+// payload of a generated "<name>.search" query.
+type SearchRequest struct {
+	// Q is the text searched for (required; see docs/search.md).
+	Q string `json:"q"`
+	// Filter holds equality conditions on other fields or columns.
+	Filter map[string]any `json:"filter,omitempty"`
+	// Limit is the most hits of the page (1–200; 0: 50).
+	Limit int `json:"limit,omitempty"`
+	// Cursor is the previous page's NextCursor.
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// SearchResults is a page of a search.
+type SearchResults struct {
+	Hits []SearchHit `json:"hits"`
+	// NextCursor continues after the page; "" on the last.
+	NextCursor string `json:"nextCursor"`
+}
+
+// SearchHit is one row a search found.
+type SearchHit struct {
+	// Row is the row as the caller may see it.
+	Row map[string]any `json:"row"`
+	// Rank orders the hits: higher is better.
+	Rank float64 `json:"rank"`
+	// Highlights holds, for each searchable field the caller may read
+	// that matched, a snippet of it with the matches in <mark>…</mark>;
+	// the rest of the snippet is HTML-escaped.
+	Highlights map[string]string `json:"highlights"`
+}

@@ -195,6 +195,22 @@ func (cc *commandContext) QueryProjection(name string) feature.ProjectionQuery {
 	return cc.d.proj.Query(cc.ctx, cc.tx, cc.c.User, name, cc.handler != "")
 }
 
+func (cc *commandContext) Search(name string, req feature.SearchRequest) (feature.SearchResults, error) {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return feature.SearchResults{}, err
+	}
+	out, err := cc.d.Query(cc.ctx, *cc.c, Request{Type: registry.VerbSearch.HandlerName(name), Payload: payload})
+	if err != nil {
+		return feature.SearchResults{}, err
+	}
+	res, ok := out.(feature.SearchResults)
+	if !ok {
+		return feature.SearchResults{}, fmt.Errorf("%s is not a search", name)
+	}
+	return res, nil
+}
+
 func (cc *commandContext) ArchiveStream(id uuid.UUID, reason string) error {
 	return cc.d.store.ArchiveTx(cc.ctx, cc.tx, cc.c.User.TenantID, id, cc.c.User.ID, reason)
 }

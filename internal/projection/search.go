@@ -163,24 +163,11 @@ func tableSearches(schema string, reg *registry.Registry) map[string]*tableSearc
 	return out
 }
 
-// SearchResult is a page of a search.
-type SearchResult struct {
-	Hits []SearchHit `json:"hits"`
-	// NextCursor continues after the page; "" on the last.
-	NextCursor string `json:"nextCursor"`
-}
+// SearchResult is a page of a search, as handlers see it too.
+type SearchResult = feature.SearchResults
 
 // SearchHit is one row a search found.
-type SearchHit struct {
-	// Row is the row as the caller may see it.
-	Row map[string]any `json:"row"`
-	// Rank orders the hits: higher is better.
-	Rank float64 `json:"rank"`
-	// Highlights holds, for each searchable field the caller may read
-	// that matched, a snippet of it with the matches in <mark>…</mark>;
-	// the rest of the snippet is HTML-escaped.
-	Highlights map[string]string `json:"highlights"`
-}
+type SearchHit = feature.SearchHit
 
 // Search answers an entity's search query for u: the rows of u's tenant
 // in which every word of in.Q matches a searchable field u may read, best
