@@ -278,7 +278,7 @@ func TestSearchOfALongFieldName(t *testing.T) {
 	app := kumikotest.NewApp(t, []*feature.Feature{long})
 	require.NoError(t, app.Executor.EnsureSchema(ctx), "a second start")
 	for _, table := range []string{"read_record", "read_copy"} {
-		require.Equal(t, 2, app.Count(t, `SELECT count(*) FROM pg_indexes WHERE tablename = '`+table+`' AND indexname LIKE 'kumiko\_search\_%'`),
+		require.Equal(t, 2, app.Count(t, `SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = '`+table+`' AND indexname LIKE 'kumiko\_search\_%'`),
 			"the tsvector and the trigram index of %s", table)
 	}
 	write(t, app, alice, "record.create", `{"descriptionOfTheRecordAsTheClerkWroteItDown":"a ledger of the harbour"}`)
