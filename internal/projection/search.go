@@ -54,17 +54,24 @@ func newSearchPlan(t *Entity, engines map[string]search.Engine) (*searchPlan, er
 	return p, nil
 }
 
-// trgmSchema is the schema holding pg_trgm, quoted, looked up once.
-func (s *Side) trgmSchema(ctx context.Context) (string, error) {
-	if v := s.trgm.Load(); v != nil {
-		return *v, nil
+// runSearch runs in's search in target on the pool; a cursor of another
+// search is a validation_error.
+func (s *Side) runSearch(ctx context.Context, target searchsql.Target, in registry.SearchInput) ([]searchsql.Hit, string, error) {
+	var err error
+	if target.Trgm, err = s.trgm.Schema(ctx, s.pool); err != nil {
+		return nil, "", err
 	}
-	schema, err := searchsql.FindTrgm(ctx, s.pool)
-	if err != nil {
-		return "", err
+	hits, next, err := searchsql.Search(ctx, s.pool, target, in.Q, in.Limit, in.Cursor)
+	return hits, next, cursorError(err)
+}
+
+// cursorError turns search.ErrInvalidCursor into the validation_error
+// (invalid_cursor) a caller gets; other errors pass.
+func cursorError(err error) error {
+	if errors.Is(err, search.ErrInvalidCursor) {
+		return kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this search", err)
 	}
-	s.trgm.Store(&schema)
-	return schema, nil
+	return err
 }
 
 // ensureSearch adds an entity's search columns and indexes to its read
@@ -85,7 +92,7 @@ func (s *Side) ensureSearchOf(ctx context.Context, tx pgx.Tx, name, table, confi
 	if err != nil {
 		return fmt.Errorf("search of %s: %w", name, err)
 	}
-	s.trgm.Store(&trgm)
+	s.trgm.Set(trgm)
 	return nil
 }
 
@@ -205,14 +212,7 @@ func (s *Side) Search(ctx context.Context, u feature.User, t *Entity, in registr
 		target.Args = append(target.Args, toText(v, typ))
 		return fmt.Sprintf("$%d::text::%s", len(target.Args), typ)
 	})...)
-	var err error
-	if target.Trgm, err = s.trgmSchema(ctx); err != nil {
-		return SearchResult{}, err
-	}
-	hits, next, err := searchsql.Search(ctx, s.pool, target, in.Q, in.Limit, in.Cursor)
-	if errors.Is(err, search.ErrInvalidCursor) {
-		return SearchResult{}, kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this search", err)
-	}
+	hits, next, err := s.runSearch(ctx, target, in)
 	if err != nil {
 		return SearchResult{}, err
 	}
@@ -268,14 +268,7 @@ func (s *Side) SearchProjection(ctx context.Context, u feature.User, name string
 	if err := s.checkBuiltOnPool(ctx, name, ts.msp); err != nil {
 		return SearchResult{}, err
 	}
-	var err error
-	if target.Trgm, err = s.trgmSchema(ctx); err != nil {
-		return SearchResult{}, err
-	}
-	hits, next, err := searchsql.Search(ctx, s.pool, target, in.Q, in.Limit, in.Cursor)
-	if errors.Is(err, search.ErrInvalidCursor) {
-		return SearchResult{}, kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this search", err)
-	}
+	hits, next, err := s.runSearch(ctx, target, in)
 	if err != nil {
 		return SearchResult{}, err
 	}

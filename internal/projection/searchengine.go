@@ -187,7 +187,7 @@ func (s *Side) searchEngine(ctx context.Context, u feature.User, t *Entity, in r
 	}
 	page, err := p.engine.Search(ctx, p.index.Name, q)
 	if errors.Is(err, search.ErrInvalidCursor) {
-		return SearchResult{}, kumikotype.NewError(kumikotype.CodeValidation, kumikotype.ReasonInvalidCursor, "the cursor does not belong to this search", err)
+		return SearchResult{}, cursorError(err)
 	}
 	if err != nil {
 		return SearchResult{}, fmt.Errorf("search engine %s: %w", p.engineName, err)

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/kumiko-go/kumiko/consumer"
 	"github.com/kumiko-go/kumiko/eventstore"
+	"github.com/kumiko-go/kumiko/internal/searchsql"
 	"github.com/kumiko-go/kumiko/registry"
 	"github.com/kumiko-go/kumiko/search"
 )
@@ -88,8 +88,8 @@ type Side struct {
 	// built holds the names of projections whose tables are known to be
 	// complete (see checkBuilt).
 	built sync.Map
-	// trgm is the schema holding pg_trgm, quoted, once known (search.go).
-	trgm atomic.Pointer[string]
+	// trgm is the schema holding pg_trgm (search.go).
+	trgm searchsql.Trgm
 }
 
 // New returns the read side of reg's entities and projections on store.

@@ -25,6 +25,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
@@ -114,6 +115,26 @@ func FindTrgm(ctx context.Context, db Querier) (string, error) {
 	}
 	return pgx.Identifier{schema}.Sanitize(), nil
 }
+
+// Trgm remembers the schema holding pg_trgm, quoted, once it is known.
+// The zero value is ready; it is safe for concurrent use.
+type Trgm struct{ schema atomic.Pointer[string] }
+
+// Schema returns the schema holding pg_trgm, looking it up in db once.
+func (c *Trgm) Schema(ctx context.Context, db Querier) (string, error) {
+	if v := c.schema.Load(); v != nil {
+		return *v, nil
+	}
+	schema, err := FindTrgm(ctx, db)
+	if err != nil {
+		return "", err
+	}
+	c.schema.Store(&schema)
+	return schema, nil
+}
+
+// Set records schema, as Ensure returned it.
+func (c *Trgm) Set(schema string) { c.schema.Store(&schema) }
 
 // Ensure adds the search columns and indexes of fields to table (quoted,
 // in schema, unquoted) and drops those of an earlier declaration; it

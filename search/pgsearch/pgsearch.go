@@ -36,7 +36,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -87,7 +86,7 @@ type Engine struct {
 	mu      sync.Mutex
 	indexes map[string]*index // the indexes this engine knows, by name
 
-	trgm atomic.Pointer[string] // the schema of pg_trgm, quoted
+	trgm searchsql.Trgm // the schema of pg_trgm
 }
 
 var _ search.Engine = (*Engine)(nil)
@@ -279,7 +278,7 @@ func (e *Engine) ensure(ctx context.Context, tx pgx.Tx, ix *index, d definition)
 	if err != nil {
 		return false, wrap(err)
 	}
-	e.trgm.Store(&trgm)
+	e.trgm.Set(trgm)
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return false, wrap(err)
@@ -539,7 +538,7 @@ func (e *Engine) Search(ctx context.Context, name string, q search.Query) (searc
 		if len(t.Fields) == 0 || len(searchsql.Words(q.Text)) == 0 {
 			return false, nil
 		}
-		trgm, err := e.trgmSchema(ctx)
+		trgm, err := e.trgm.Schema(ctx, e.pool)
 		if err != nil {
 			return false, fmt.Errorf("pgsearch: search %s: %w", name, err)
 		}
@@ -575,17 +574,4 @@ func cursorTag(tenant uuid.UUID, filter map[string]string) string {
 		h.Write([]byte(f + "\x00" + filter[f] + "\x00"))
 	}
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:9])
-}
-
-// trgmSchema is the schema holding pg_trgm, quoted, looked up once.
-func (e *Engine) trgmSchema(ctx context.Context) (string, error) {
-	if v := e.trgm.Load(); v != nil {
-		return *v, nil
-	}
-	schema, err := searchsql.FindTrgm(ctx, e.pool)
-	if err != nil {
-		return "", err
-	}
-	e.trgm.Store(&schema)
-	return schema, nil
 }
